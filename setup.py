@@ -1,0 +1,48 @@
+"""vit-jax: Vision Transformer training and checkpoints in JAX/Flax.
+
+Floors are the versions this project was tested with (2026-11). For GPUs install
+`jax[cuda12]` (or `jax[tpu]` on a TPU VM) before or after this package; see README.md.
+"""
+
+import setuptools
+
+INSTALL_REQUIRES = [
+    'absl-py>=2.1',
+    'clu>=0.0.12',
+    'etils[epath]>=1.7',
+    'flax>=0.12.8',
+    'jax>=0.10.2',
+    'matplotlib>=3.8',
+    'ml-collections>=1.1.0',
+    'numpy>=2.0',
+    'optax>=0.2.8',
+    'orbax-checkpoint>=0.12.8',
+    'pillow>=10.0',
+    'scipy>=1.13',
+    'tensorboard>=2.21.0',  # clu's metric writers need it but do not declare it.
+    'tensorflow-cpu>=2.21.0; platform_machine == "x86_64"',
+    'tensorflow>=2.21.0; platform_machine != "x86_64"',
+    'tensorflow-datasets>=4.9.10',
+    'tqdm>=4.66',
+]
+
+TESTS_REQUIRE = [
+    'pytest>=9.0',
+    'pytest-xdist>=3.8',
+    'ruff>=0.17',
+    # Interop tests against an independent implementation (CPU is enough).
+    'timm>=1.0.31',
+    'torch>=2.13',
+    'torchvision>=0.28',
+]
+
+setuptools.setup(
+    name='vit-jax',
+    version='0.1.0',
+    description='Vision Transformer (ViT), hybrid ResNet+ViT and MLP-Mixer in JAX/Flax.',
+    packages=setuptools.find_packages(include=['vit_jax', 'vit_jax.*']),
+    package_data={'vit_jax': ['labels/*.txt', 'datasets/*']},
+    python_requires='>=3.10',
+    install_requires=INSTALL_REQUIRES,
+    extras_require={'test': TESTS_REQUIRE},
+)

@@ -1,0 +1,313 @@
+"""Vision Transformer (and hybrid ResNet+ViT) with the official Linen parameter tree.
+
+Defaults reproduce the official `vit_jax` architecture exactly; the extra fields (position
+embedding variants, stochastic depth, dtypes, remat, fused attention) are off by default.
+"""
+
+from typing import Any, Callable, Optional, Sequence, Tuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vit_jax import models_resnet
+
+Array = jnp.ndarray
+Dtype = Any
+
+CLASSIFIERS = ('token', 'gap', 'unpooled', 'token_unpooled')
+POSEMB_KINDS = ('learn', 'learn_2d', 'sincos2d', 'none')
+ATTENTION_IMPLS = ('xla', 'fused')
+
+
+def posemb_sincos_2d(grid_shape: Tuple[int, int], width: int,
+                     temperature: float = 10_000.) -> np.ndarray:
+  """Fixed 2-D sin-cos table of shape (1, gh*gw, width): quarter of channels per sin/cos × y/x."""
+  if width % 4:
+    raise ValueError(f'sincos2d position embeddings need hidden_size divisible by 4, got {width}')
+  gh, gw = grid_shape
+  y, x = np.mgrid[:gh, :gw]
+  quarter = width // 4
+  omega = 1. / temperature**(np.arange(quarter) / max(quarter - 1, 1))
+  y = y.reshape(-1)[:, None] * omega[None]
+  x = x.reshape(-1)[:, None] * omega[None]
+  table = np.concatenate([np.sin(x), np.cos(x), np.sin(y), np.cos(y)], axis=1)
+  return table[None].astype(np.float32)
+
+
+class AddPositionEmbs(nn.Module):
+  """Adds learned 1-D position embeddings `pos_embedding` of shape (1, tokens, hidden)."""
+
+  posemb_init: Callable[..., Array] = nn.initializers.normal(stddev=0.02)  # As in BERT.
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, inputs: Array) -> Array:
+    if inputs.ndim != 3:
+      raise ValueError(f'AddPositionEmbs expects (batch, tokens, hidden), got {inputs.shape}')
+    shape = (1, inputs.shape[1], inputs.shape[2])
+    pe = self.param('pos_embedding', self.posemb_init, shape, self.param_dtype)
+    return inputs + pe.astype(inputs.dtype)
+
+
+class AddPositionEmbs2D(nn.Module):
+  """Learned 2-D embeddings: row and column tables of hidden/2 each, concatenated per cell.
+
+  The paper's ablation ("2-D positional embedding"); prefix tokens (the class token) get their
+  own learned row `pos_embedding_prefix`.
+  """
+
+  grid_shape: Tuple[int, int]
+  posemb_init: Callable[..., Array] = nn.initializers.normal(stddev=0.02)
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, inputs: Array) -> Array:
+    _, n, d = inputs.shape
+    gh, gw = self.grid_shape
+    if d % 2:
+      raise ValueError(f'learn_2d position embeddings need an even hidden_size, got {d}')
+    rows = self.param('pos_embedding_row', self.posemb_init, (gh, d // 2), self.param_dtype)
+    cols = self.param('pos_embedding_col', self.posemb_init, (gw, d // 2), self.param_dtype)
+    grid = jnp.concatenate([jnp.broadcast_to(rows[:, None], (gh, gw, d // 2)),
+                            jnp.broadcast_to(cols[None, :], (gh, gw, d // 2))], axis=-1)
+    table = grid.reshape(1, gh * gw, d)
+    num_prefix = n - gh * gw
+    if num_prefix:
+      prefix = self.param('pos_embedding_prefix', self.posemb_init, (1, num_prefix, d),
+                          self.param_dtype)
+      table = jnp.concatenate([prefix, table], axis=1)
+    return inputs + table.astype(inputs.dtype)
+
+
+def fused_attention(query: Array, key: Array, value: Array, *, dropout_rate: float = 0.,
+                    deterministic: bool = True, dtype: Optional[Dtype] = None,
+                    **kwargs) -> Array:
+  """`attention_fn` for `nn.MultiHeadDotProductAttention` via `jax.nn.dot_product_attention`.
+
+  Same inputs/outputs as Flax's default (so the param layout is unchanged); it lets XLA pick
+  cuDNN flash attention on GPU. Attention dropout or masks fall back to the default path.
+  """
+  if (dropout_rate > 0. and not deterministic) or kwargs.get('mask') is not None or (
+      kwargs.get('bias') is not None) or 'module' in kwargs:
+    return nn.dot_product_attention(query, key, value, dropout_rate=dropout_rate,
+                                    deterministic=deterministic, dtype=dtype, **kwargs)
+  if dtype is not None:
+    query, key, value = (t.astype(dtype) for t in (query, key, value))
+  return jax.nn.dot_product_attention(query, key, value)
+
+
+class MlpBlock(nn.Module):
+  """Dense → GELU (tanh approximation) → dropout → Dense → dropout."""
+
+  mlp_dim: int
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+  out_dim: Optional[int] = None
+  dropout_rate: float = 0.1
+  kernel_init: Callable[..., Array] = nn.initializers.xavier_uniform()
+  bias_init: Callable[..., Array] = nn.initializers.normal(stddev=1e-6)
+
+  @nn.compact
+  def __call__(self, inputs: Array, *, deterministic: bool) -> Array:
+    dense = lambda features: nn.Dense(  # noqa: E731
+        features, dtype=self.dtype, param_dtype=self.param_dtype,
+        kernel_init=self.kernel_init, bias_init=self.bias_init)
+    x = nn.gelu(dense(self.mlp_dim)(inputs))
+    x = nn.Dropout(rate=self.dropout_rate)(x, deterministic=deterministic)
+    x = dense(self.out_dim or inputs.shape[-1])(x)
+    return nn.Dropout(rate=self.dropout_rate)(x, deterministic=deterministic)
+
+
+class Encoder1DBlock(nn.Module):
+  """Pre-LN transformer block: x + Attn(LN(x)), then x + MLP(LN(x)).
+
+  `drop_path_rate` > 0 adds stochastic depth: each residual branch is dropped per example.
+  """
+
+  mlp_dim: int
+  num_heads: int
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+  dropout_rate: float = 0.1
+  attention_dropout_rate: float = 0.1
+  drop_path_rate: float = 0.
+  attention_impl: str = 'xla'
+
+  @nn.compact
+  def __call__(self, inputs: Array, deterministic: bool) -> Array:
+    drop_path = nn.Dropout(rate=self.drop_path_rate, broadcast_dims=(1, 2))
+    x = nn.LayerNorm(dtype=self.dtype, param_dtype=self.param_dtype)(inputs)
+    # Attention weights are only materialised (and sown) when someone collects intermediates.
+    sow = self.is_mutable_collection('intermediates')
+    x = nn.MultiHeadDotProductAttention(
+        num_heads=self.num_heads,
+        dtype=self.dtype,
+        param_dtype=self.param_dtype,
+        kernel_init=nn.initializers.xavier_uniform(),
+        broadcast_dropout=False,
+        dropout_rate=self.attention_dropout_rate,
+        attention_fn=fused_attention if self.attention_impl == 'fused' else
+        nn.dot_product_attention,
+    )(x, x, deterministic=deterministic, sow_weights=sow)
+    x = nn.Dropout(rate=self.dropout_rate)(x, deterministic=deterministic)
+    x = inputs + drop_path(x, deterministic=deterministic)
+
+    y = nn.LayerNorm(dtype=self.dtype, param_dtype=self.param_dtype)(x)
+    y = MlpBlock(mlp_dim=self.mlp_dim, dtype=self.dtype, param_dtype=self.param_dtype,
+                 dropout_rate=self.dropout_rate)(y, deterministic=deterministic)
+    return x + drop_path(y, deterministic=deterministic)
+
+
+class Encoder(nn.Module):
+  """Position embeddings, `num_layers` blocks named encoderblock_{i}, then `encoder_norm`."""
+
+  num_layers: int
+  mlp_dim: int
+  num_heads: int
+  dropout_rate: float = 0.1
+  attention_dropout_rate: float = 0.1
+  add_position_embedding: bool = True
+  posemb: str = 'learn'
+  stochastic_depth: float = 0.
+  remat: bool = False
+  attention_impl: str = 'xla'
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: Array, *, train: bool,
+               grid_shape: Optional[Tuple[int, int]] = None) -> Array:
+    if x.ndim != 3:
+      raise ValueError(f'Encoder expects (batch, tokens, hidden), got {x.shape}')
+    x = self._add_position_embedding(x, grid_shape)
+    x = nn.Dropout(rate=self.dropout_rate)(x, deterministic=not train)
+    # static_argnums counts self: argument 2 is `deterministic`.
+    block_cls = nn.remat(Encoder1DBlock, static_argnums=(2,)) if self.remat else Encoder1DBlock
+    for i in range(self.num_layers):
+      # Stochastic depth grows linearly from 0 (first block) to `stochastic_depth` (last).
+      rate = self.stochastic_depth * i / max(self.num_layers - 1, 1)
+      x = block_cls(mlp_dim=self.mlp_dim, num_heads=self.num_heads, dtype=self.dtype,
+                    param_dtype=self.param_dtype, dropout_rate=self.dropout_rate,
+                    attention_dropout_rate=self.attention_dropout_rate, drop_path_rate=rate,
+                    attention_impl=self.attention_impl, name=f'encoderblock_{i}')(x, not train)
+    return nn.LayerNorm(param_dtype=self.param_dtype, name='encoder_norm')(x)
+
+  def _add_position_embedding(self, x: Array, grid_shape: Optional[Tuple[int, int]]) -> Array:
+    if not self.add_position_embedding or self.posemb == 'none':
+      return x
+    if self.posemb == 'learn':
+      return AddPositionEmbs(param_dtype=self.param_dtype, name='posembed_input')(x)
+    if grid_shape is None:
+      raise ValueError(f'posemb={self.posemb!r} needs the token grid_shape')
+    if self.posemb == 'learn_2d':
+      return AddPositionEmbs2D(grid_shape=tuple(grid_shape), param_dtype=self.param_dtype,
+                               name='posembed_input')(x)
+    table = posemb_sincos_2d(grid_shape, x.shape[-1])
+    num_prefix = x.shape[1] - table.shape[1]
+    table = np.concatenate([np.zeros((1, num_prefix, x.shape[-1]), np.float32), table], axis=1)
+    return x + jnp.asarray(table, x.dtype)
+
+
+class VisionTransformer(nn.Module):
+  """ViT (optionally with a ResNet root) as in the official code: `VisionTransformer(
+  num_classes=N, **preset)` with `__call__(inputs, *, train)` on NHWC images in [-1, 1].
+
+  Attributes:
+    num_classes: outputs of the zero-initialised `head`; 0 or None for no head.
+    patches: ConfigDict/dict with `size` (patch height, width).
+    transformer: dict of `Encoder` fields (num_layers, mlp_dim, num_heads, dropout rates).
+    hidden_size: token width.
+    resnet: None, or dict with `num_layers` (units per stage) and `width_factor`.
+    representation_size: width of the tanh `pre_logits` layer, or None for none.
+    classifier: 'token', 'gap', 'unpooled' or 'token_unpooled'.
+    head_bias_init: constant for the head bias (-10 for sigmoid pretraining as in big_vision).
+    posemb: 'learn' (official), 'learn_2d', 'sincos2d' or 'none'.
+    stochastic_depth: maximal drop-path rate (last block); 0 disables it.
+    dtype: compute dtype (e.g. jnp.bfloat16); params stay in `param_dtype`.
+    remat: rematerialise each encoder block in the backward pass (saves activation memory).
+    attention_impl: 'xla' (Flax's einsum-softmax-einsum) or 'fused' (jax.nn.dot_product_attention).
+  """
+
+  num_classes: Optional[int]
+  patches: Any
+  transformer: Any
+  hidden_size: int
+  resnet: Optional[Any] = None
+  representation_size: Optional[int] = None
+  classifier: str = 'token'
+  head_bias_init: float = 0.
+  model_name: Optional[str] = None
+  posemb: str = 'learn'
+  stochastic_depth: float = 0.
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+  remat: bool = False
+  attention_impl: str = 'xla'
+
+  def __post_init__(self):
+    _check_choice('classifier', self.classifier, CLASSIFIERS)
+    _check_choice('posemb', self.posemb, POSEMB_KINDS)
+    _check_choice('attention_impl', self.attention_impl, ATTENTION_IMPLS)
+    super().__post_init__()
+
+  @nn.compact
+  def __call__(self, inputs: Array, *, train: bool) -> Array:
+    x = inputs.astype(self.dtype)
+    if self.resnet is not None:
+      x = models_resnet.apply_resnet(
+          x, width_factor=self.resnet['width_factor'], num_layers=self.resnet['num_layers'],
+          dtype=self.dtype, param_dtype=self.param_dtype)
+    patch = tuple(self.patches['size'])
+    _check_divisible(x.shape[1:3], patch, hybrid=self.resnet is not None)
+    x = nn.Conv(self.hidden_size, patch, strides=patch, padding='VALID', dtype=self.dtype,
+                param_dtype=self.param_dtype, name='embedding')(x)
+    if self.transformer is not None:
+      n, h, w, c = x.shape
+      x = x.reshape(n, h * w, c)
+      if self.classifier in ('token', 'token_unpooled'):
+        cls = self.param('cls', nn.initializers.zeros, (1, 1, c), self.param_dtype)
+        x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (n, 1, 1)), x], axis=1)
+      x = Encoder(name='Transformer', posemb=self.posemb,
+                  stochastic_depth=self.stochastic_depth, remat=self.remat,
+                  attention_impl=self.attention_impl, dtype=self.dtype,
+                  param_dtype=self.param_dtype, **self.transformer)(
+                      x, train=train, grid_shape=(h, w))
+    x = self._pool(x)
+    x = self.sow_features('pre_logits_input', x)
+    if self.representation_size is not None:
+      x = nn.tanh(nn.Dense(self.representation_size, param_dtype=self.param_dtype,
+                           name='pre_logits')(x))
+    x = self.sow_features('pre_logits', x)
+    if self.num_classes:
+      x = nn.Dense(self.num_classes, kernel_init=nn.initializers.zeros,
+                   bias_init=nn.initializers.constant(self.head_bias_init),
+                   param_dtype=self.param_dtype, name='head')(x)
+    return x.astype(jnp.float32)
+
+  def sow_features(self, name: str, x: Array) -> Array:
+    """Records `x` in the 'intermediates' collection when it is mutable (for feature tools)."""
+    self.sow('intermediates', name, x)
+    return x
+
+  def _pool(self, x: Array) -> Array:
+    if self.classifier == 'token':
+      return x[:, 0]
+    if self.classifier == 'gap':
+      return jnp.mean(x, axis=tuple(range(1, x.ndim - 1)))
+    return x
+
+
+def _check_choice(field: str, value: str, choices: Sequence[str]) -> None:
+  if value not in choices:
+    raise ValueError(f'Unknown {field}={value!r}; choose one of {", ".join(choices)}.')
+
+
+def _check_divisible(spatial: Sequence[int], patch: Sequence[int], *, hybrid: bool) -> None:
+  h, w = spatial
+  if h % patch[0] or w % patch[1]:
+    where = 'the ResNet feature map' if hybrid else 'the image'
+    raise ValueError(
+        f'{where} size {h}x{w} is not divisible by the patch size {patch[0]}x{patch[1]}; '
+        f'use an image size (pp.crop) that is a multiple of {patch[0]}.')
