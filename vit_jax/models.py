@@ -7,6 +7,7 @@
 import math
 from typing import Any, Dict, Optional, Sequence, Tuple
 
+import jax.numpy as jnp
 import ml_collections
 
 from vit_jax.models_mixer import MlpMixer
@@ -106,6 +107,9 @@ def get_model(name_or_config: Any, **kwargs: Any):
   config = get_config(name_or_config) if isinstance(name_or_config, str) else name_or_config
   fields = dict(config.to_dict() if hasattr(config, 'to_dict') else config)
   fields.update(kwargs)
+  for key in ('dtype', 'param_dtype'):
+    if isinstance(fields.get(key), str):  # Configs spell dtypes as strings ('bfloat16').
+      fields[key] = jnp.dtype(fields[key])
   cls = MlpMixer if is_mixer(fields) else VisionTransformer
   return cls(**fields)
 

@@ -1,0 +1,102 @@
+"""Building blocks of the experiment files in `configs/`: the base config and dataset presets.
+
+Every field has a one-line comment; experiment files only change what differs.
+"""
+
+import ml_collections
+
+from vit_jax import checkpoint
+from vit_jax import models
+
+# Fine-tuning presets of the official repo (a slice of train is held out as in the paper).
+DATASET_PRESETS = {
+    'cifar10': dict(total_steps=10_000, pp=dict(train='train[:98%]', test='test', crop=384)),
+    'cifar100': dict(total_steps=10_000, pp=dict(train='train[:98%]', test='test', crop=384)),
+    'imagenet2012': dict(total_steps=20_000,
+                         pp=dict(train='train[:99%]', test='validation', crop=384)),
+    'oxford_iiit_pet': dict(total_steps=500, pp=dict(train='train[:90%]', test='test', crop=384)),
+    'fashion_mnist': dict(total_steps=2_000, pp=dict(train='train', test='test', crop=28,
+                                                     train_aug='pad_flip')),
+}
+
+# Fields beyond the official ones, each off by default (defaults = official behaviour).
+VIT_EXTRAS = dict(
+    posemb='learn',  # 'learn' (official 1-D), 'learn_2d', 'sincos2d' or 'none'.
+    stochastic_depth=0.,  # Max drop-path rate (last block); 0 = off.
+    dtype='float32',  # Compute dtype; 'bfloat16' for accelerators (params stay float32).
+    remat=False,  # Recompute each block in backward: less activation memory.
+    attention_impl='xla',  # 'fused' = jax.nn.dot_product_attention (cuDNN flash on GPU).
+    head_bias_init=0.,  # -10 for sigmoid pretraining (big_vision i21k).
+)
+
+
+def get_config() -> ml_collections.ConfigDict:
+  """Base config: official fine-tuning defaults (SGD momentum, cosine, batch 512)."""
+  c = ml_collections.ConfigDict()
+  c.trainer = 'train'  # 'train', 'pretrain_then_finetune' or 'inference_time'.
+  c.seed = 0  # Init, data order, augmentation and dropout all derive from it.
+  c.model = None  # A model ConfigDict; see with_model().
+  c.dataset = ''  # A TFDS name or a directory with {train,test}/<class>/*.jpg.
+  c.tfds_data_dir = None  # TFDS data_dir (None: TFDS default, ~/tensorflow_datasets).
+  c.tfds_manual_dir = None  # TFDS manual_dir for datasets that need a manual download.
+  c.pp = ml_collections.ConfigDict()
+  c.pp.train = 'train'  # Train split (TFDS slicing syntax).
+  c.pp.test = 'test'  # Evaluation split; evaluated completely (last batch padded + masked).
+  c.pp.crop = 384  # Input resolution (square); a multiple of the patch size.
+  c.pp.train_aug = 'inception'  # 'inception' (crop 5-100% + flip), 'pad_flip', 'flip', 'none'.
+  c.pp.randaug = ml_collections.ConfigDict(dict(num_layers=0, magnitude=10))  # 0 layers = off.
+  c.mixup = 0.  # Mixup alpha; 0 = off (official fine-tuning).
+  c.pretrained_dir = checkpoint.DEFAULT_PRETRAINED_DIR  # Folder/bucket of <model_name>.npz.
+  c.pretrained_path = ''  # Explicit .npz (local, gs:// or https://); wins over pretrained_dir.
+  c.model_or_filename = ''  # AugReg file name (without .npz) instead of the model name.
+  c.total_steps = 0  # Training steps; 0 = use num_epochs.
+  c.num_epochs = 0.  # Epochs over pp.train, used when total_steps is 0.
+  c.optim = 'sgd'  # 'sgd' (momentum 0.9, fine-tuning) or 'adamw' (pretraining).
+  c.base_lr = 0.03  # Peak learning rate after warmup.
+  c.decay_type = 'cosine'  # 'cosine' (to 0) or 'linear' (to linear_end).
+  c.warmup_steps = 500  # Linear warmup from 0.
+  c.linear_end = 1e-5  # Final learning rate of the linear decay.
+  c.grad_norm_clip = 1.  # Global-norm gradient clipping; 0 = off.
+  c.optim_dtype = 'bfloat16'  # SGD momentum dtype ('bfloat16' as official, or 'float32').
+  c.weight_decay = 0.  # Decoupled weight decay (adamw only; multiplied by the lr as in optax).
+  c.b1 = 0.9  # Adam beta1.
+  c.b2 = 0.999  # Adam beta2.
+  c.accum_steps = 8  # Gradient accumulation microbatches per step (same gradient, less memory).
+  c.loss = 'softmax_xent'  # 'softmax_xent' or 'sigmoid_xent'.
+  c.label_smoothing = 0.  # Label smoothing for the loss.
+  c.batch = 512  # Global train batch over all devices and processes.
+  c.batch_eval = 512  # Global eval batch.
+  c.shuffle_buffer = 50_000  # Examples in the shuffle buffer.
+  c.prefetch = 2  # Batches kept ready on device.
+  c.progress_every = 10  # Log (and write metrics) every so many steps.
+  c.eval_every = 100  # Evaluate every so many steps (and at the end).
+  c.checkpoint_every = 1_000  # Orbax checkpoint every so many steps (and at the end); 0 = end only.
+  c.keep_checkpoints = 3  # Checkpoints kept in workdir/checkpoints.
+  return c
+
+
+def with_model(config: ml_collections.ConfigDict, name: str) -> ml_collections.ConfigDict:
+  """Sets `config.model` to preset `name` (plus the off-by-default ViT extras)."""
+  model = models.get_config(name)
+  if not models.is_mixer(model):
+    model.update(VIT_EXTRAS)
+  config.model = model
+  return config
+
+
+def with_dataset(config: ml_collections.ConfigDict, dataset: str) -> ml_collections.ConfigDict:
+  """Sets the dataset and its preset (steps, splits, crop)."""
+  config.dataset = dataset
+  preset = DATASET_PRESETS.get(dataset)
+  if preset is None:
+    raise ValueError(f'No preset for dataset {dataset!r}; known: {", ".join(DATASET_PRESETS)}.')
+  config.total_steps = preset['total_steps']
+  config.pp.update(preset['pp'])
+  return config
+
+
+def finetune_config(model: str, dataset: str, **overrides) -> ml_collections.ConfigDict:
+  """Official fine-tuning of preset `model` on `dataset`, with field overrides."""
+  config = with_dataset(with_model(get_config(), model), dataset)
+  config.update(overrides)
+  return config.lock()

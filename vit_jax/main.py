@@ -1,0 +1,72 @@
+r"""Trains or fine-tunes a ViT: `python -m vit_jax.main --config=configs/vit_b16_cifar10.py`.
+
+Kept short on purpose: flags, logging, then the trainer named by `config.trainer`.
+Examples:
+  python -m vit_jax.main --config=configs/fashion_mnist_quickstart.py --workdir=runs/quick
+  python -m vit_jax.main --config=configs/vit.py:b16,cifar10 --config.batch=64
+"""
+
+import logging as python_logging
+import os
+import sys
+import time
+import traceback
+
+from absl import app
+from absl import flags
+from absl import logging
+from ml_collections import config_flags
+
+_WORKDIR = flags.DEFINE_string('workdir', None, 'Run directory (default: a new runs/<time>).')
+_COORDINATOR = flags.DEFINE_string(
+    'coordinator_address', None, 'host:port of process 0 for multi-process runs '
+    '(or $JAX_COORDINATOR_ADDRESS); TPU pods and SLURM are detected automatically.')
+_NUM_PROCESSES = flags.DEFINE_integer('num_processes', None, 'Processes in a multi-process run.')
+_PROCESS_ID = flags.DEFINE_integer('process_id', None, 'This process index (0-based).')
+config_flags.DEFINE_config_file('config', None, 'Experiment config file (file.py or file.py:arg).',
+                                lock_config=True)
+flags.mark_flags_as_required(['config'])
+
+
+def default_workdir() -> str:
+  return os.path.join('runs', time.strftime('%Y%m%d-%H%M%S'))
+
+
+def add_file_logger(workdir: str) -> str:
+  """Mirrors log lines into `workdir/train.log` (appending, so a resumed run keeps history)."""
+  os.makedirs(workdir, exist_ok=True)
+  path = os.path.join(workdir, 'train.log')
+  handler = python_logging.FileHandler(path, mode='a')
+  handler.setFormatter(logging.PythonFormatter())
+  python_logging.getLogger().addHandler(handler)
+  return path
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  from vit_jax import parallel  # Imported after flag parsing: importing jax is slow.
+  from vit_jax import train
+  parallel.maybe_initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value,
+                                        _PROCESS_ID.value)
+  import jax
+  workdir = _WORKDIR.value or default_workdir()
+  log_path = add_file_logger(workdir) if jax.process_index() == 0 else None
+  config = flags.FLAGS.config
+  logging.info('Workdir: %s\nConfig:\n%s', workdir, config)
+  try:
+    result = train.get_trainer(config.get('trainer', 'train'))(config, workdir)
+  except (ValueError, FileNotFoundError, PermissionError) as e:
+    # User errors (bad config, missing data or checkpoint): one line, traceback to the log.
+    logging.debug('%s', traceback.format_exc())
+    message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    print(f'error: {message}', file=sys.stderr)
+    if log_path:
+      print(f'(details in {log_path})', file=sys.stderr)
+    sys.exit(1)
+  logging.info('Result: %s', result)
+  print(f'Done. Results: {result}\nWorkdir: {workdir}')
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,53 @@
+"""Learning-rate schedules and optimizers for fine-tuning (official) and pretraining (paper)."""
+
+from typing import Any
+
+import jax.numpy as jnp
+import optax
+
+OPTIMIZERS = ('sgd', 'adamw')
+DECAY_TYPES = ('cosine', 'linear')
+
+
+def learning_rate_schedule(*, total_steps: int, base_lr: float, decay_type: str,
+                           warmup_steps: int, linear_end: float = 1e-5) -> optax.Schedule:
+  """Linear warmup from 0 to `base_lr`, then cosine to 0 or linear to `linear_end`.
+
+  Same values as the official `create_learning_rate_schedule` (step 0 has lr 0).
+  """
+  if decay_type not in DECAY_TYPES:
+    raise ValueError(f'Unknown decay_type={decay_type!r}; use one of {", ".join(DECAY_TYPES)}.')
+  if not 0 <= warmup_steps < total_steps:
+    raise ValueError(f'warmup_steps={warmup_steps} must be in [0, total_steps={total_steps}).')
+  decay_steps = total_steps - warmup_steps
+  if decay_type == 'cosine':
+    decay = optax.cosine_decay_schedule(base_lr, decay_steps)
+  else:
+    decay = optax.linear_schedule(base_lr, linear_end, decay_steps)
+  if not warmup_steps:
+    return decay
+  warmup = optax.linear_schedule(0., base_lr, warmup_steps)
+  return optax.join_schedules([warmup, decay], [warmup_steps])
+
+
+def make_optimizer(config: Any, schedule: optax.Schedule) -> optax.GradientTransformation:
+  """Global-norm clip, then SGD momentum 0.9 (fine-tuning) or AdamW (pretraining).
+
+  Config fields: optim ('sgd'|'adamw'), grad_norm_clip, optim_dtype (SGD momentum dtype,
+  'bfloat16' as in the official code saves memory), b1, b2, weight_decay (decoupled, AdamW).
+  """
+  name = config.get('optim', 'sgd')
+  if name not in OPTIMIZERS:
+    raise ValueError(f'Unknown optim={name!r}; use one of {", ".join(OPTIMIZERS)}.')
+  clip = config.get('grad_norm_clip')
+  chain = [optax.clip_by_global_norm(clip)] if clip else []
+  if name == 'sgd':
+    if config.get('weight_decay'):
+      raise ValueError('weight_decay is only used with optim="adamw"; official fine-tuning uses '
+                       'none. Set --config.weight_decay=0 or --config.optim=adamw.')
+    chain.append(optax.sgd(schedule, momentum=0.9,
+                           accumulator_dtype=jnp.dtype(config.get('optim_dtype', 'float32'))))
+  else:
+    chain.append(optax.adamw(schedule, b1=config.get('b1', 0.9), b2=config.get('b2', 0.999),
+                             weight_decay=config.get('weight_decay', 0.)))
+  return optax.chain(*chain)

@@ -1,0 +1,451 @@
+"""Training and evaluation: `train_and_evaluate(config, workdir)` built from small parts.
+
+Flow: dataset info → model → initial state (workdir checkpoint > pretrained npz > scratch) →
+jit-compiled data-parallel `train_step` over a 1-D mesh → periodic progress, eval and orbax
+checkpoints → `workdir/params.npz` in the published format.
+"""
+
+import dataclasses
+import os
+import signal
+import threading
+import time
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+from absl import logging
+from clu import metric_writers
+from jax.sharding import Mesh
+
+from vit_jax import checkpoint
+from vit_jax import input_pipeline
+from vit_jax import models
+from vit_jax import optim
+from vit_jax import parallel
+from vit_jax import plotting
+
+State = Dict[str, Any]
+LOSSES = ('softmax_xent', 'sigmoid_xent')
+
+
+class NonFiniteLossError(ValueError):
+  """The training loss became NaN or infinite."""
+
+
+def compute_loss(logits: jax.Array, labels: jax.Array, kind: str = 'softmax_xent',
+                 label_smoothing: float = 0.) -> jax.Array:
+  """Per-example loss for one-hot (or mixed-up) `labels`."""
+  if label_smoothing:
+    labels = labels * (1. - label_smoothing) + label_smoothing / labels.shape[-1]
+  if kind == 'sigmoid_xent':
+    # Summed over classes, as big_vision's i21k pretraining does.
+    return optax.sigmoid_binary_cross_entropy(logits, labels).sum(axis=-1)
+  return optax.softmax_cross_entropy(logits, labels)
+
+
+def split_microbatches(x: jax.Array, accum_steps: int) -> jax.Array:
+  """[B, ...] → [accum_steps, B / accum_steps, ...], taking every accum_steps-th example.
+
+  Strided, not contiguous: each device's contiguous shard holds a slice of every microbatch,
+  so the split needs no communication.
+  """
+  x = x.reshape(x.shape[0] // accum_steps, accum_steps, *x.shape[1:])
+  return jnp.swapaxes(x, 0, 1)
+
+
+def accumulate_gradient(loss_fn: Callable, params: Any, images: jax.Array, labels: jax.Array,
+                        rng: jax.Array, accum_steps: int) -> Tuple[jax.Array, Any]:
+  """Mean loss and gradient over the batch, computed in `accum_steps` sequential microbatches."""
+  grad_fn = jax.value_and_grad(loss_fn)
+  if accum_steps <= 1:
+    return grad_fn(params, images, labels, rng)
+
+  def body(carry, micro):
+    index, micro_images, micro_labels = micro
+    loss, grads = grad_fn(params, micro_images, micro_labels, jax.random.fold_in(rng, index))
+    return jax.tree.map(jnp.add, carry, (loss, grads)), None
+
+  zeros = (jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, params))
+  micro = (jnp.arange(accum_steps), split_microbatches(images, accum_steps),
+           split_microbatches(labels, accum_steps))
+  (loss, grads), _ = jax.lax.scan(body, zeros, micro)
+  return jax.tree.map(lambda x: x / accum_steps, (loss, grads))
+
+
+def make_train_step(model: Any, tx: optax.GradientTransformation, config: Any,
+                    mesh: Mesh) -> Callable[[State, Mapping[str, jax.Array]], Tuple[State, Dict]]:
+  """Returns the jitted `train_step(state, batch) -> (state, metrics)` (state donated)."""
+  loss_kind = config.get('loss', 'softmax_xent')
+  smoothing = config.get('label_smoothing', 0.)
+
+  def loss_fn(params, images, labels, rng):
+    logits = model.apply({'params': params}, images, train=True, rngs={'dropout': rng})
+    return compute_loss(logits, labels, loss_kind, smoothing).mean()
+
+  def train_step(state, batch):
+    # Dropout rng derived from the step: no rng state to carry, identical on every process.
+    rng = jax.random.fold_in(jax.random.wrap_key_data(state['rng']), state['step'])
+    loss, grads = accumulate_gradient(loss_fn, state['params'], batch['image'], batch['label'],
+                                      rng, config.get('accum_steps') or 1)
+    updates, opt_state = tx.update(grads, state['opt_state'], state['params'])
+    params = optax.apply_updates(state['params'], updates)
+    new_state = dict(state, params=params, opt_state=opt_state, step=state['step'] + 1)
+    return new_state, {'loss': loss, 'grad_norm': optax.global_norm(grads)}
+
+  replicated = parallel.replicated(mesh)
+  return jax.jit(train_step, donate_argnums=(0,),
+                 in_shardings=(replicated, parallel.data_sharded(mesh)),
+                 out_shardings=(replicated, replicated))
+
+
+def make_eval_step(model: Any, mesh: Mesh) -> Callable:
+  """Returns jitted `eval_step(params, batch) -> {correct, loss, count}` as masked sums."""
+
+  def eval_step(params, batch):
+    logits = model.apply({'params': params}, batch['image'], train=False)
+    mask = batch['mask']
+    correct = jnp.argmax(logits, -1) == jnp.argmax(batch['label'], -1)
+    loss = optax.softmax_cross_entropy(logits, batch['label'])
+    return {'correct': jnp.sum(correct * mask), 'loss': jnp.sum(loss * mask),
+            'count': jnp.sum(mask)}
+
+  replicated = parallel.replicated(mesh)
+  return jax.jit(eval_step, in_shardings=(replicated, parallel.data_sharded(mesh)),
+                 out_shardings=replicated)
+
+
+def evaluate(eval_step: Callable, params: Any, eval_data: Any, mesh: Mesh) -> Dict[str, float]:
+  """Exact evaluation over the whole split (padded last batch, masked), summed over processes."""
+  totals = {'correct': 0., 'loss': 0., 'count': 0.}
+  for batch in eval_data.batches():
+    sums = eval_step(params, parallel.put_batch(batch, mesh))
+    totals = {k: totals[k] + v for k, v in sums.items()}
+  totals = {k: float(v) for k, v in totals.items()}
+  count = max(totals['count'], 1.)
+  return {'accuracy': totals['correct'] / count, 'loss': totals['loss'] / count,
+          'num_examples': int(totals['count'])}
+
+
+def pretrained_path(config: Any) -> Optional[str]:
+  """The .npz to fine-tune from: `pretrained_path`, or `pretrained_dir`/<model name>.npz."""
+  if config.get('pretrained_path'):
+    return config.pretrained_path
+  directory = config.get('pretrained_dir')
+  if not directory:
+    return None
+  name = config.get('model_or_filename') or config.model.model_name
+  return f'{directory.rstrip("/")}/{name}.npz'
+
+
+def total_steps(config: Any, num_train_examples: int) -> int:
+  """`total_steps`, or `num_epochs` over the training split at the global batch size."""
+  if config.get('total_steps'):
+    return int(config.total_steps)
+  if config.get('num_epochs'):
+    return max(int(config.num_epochs * num_train_examples // config.batch), 1)
+  raise ValueError('Set --config.total_steps or --config.num_epochs.')
+
+
+def validate_config(config: Any, mesh: Mesh) -> None:
+  """Fails early, with one line each, on settings that would only break deep inside JAX."""
+  accum = config.get('accum_steps') or 1
+  parallel.check_batch_size(config.batch, mesh, accum, 'batch')
+  parallel.check_batch_size(config.batch_eval, mesh, 1, 'batch_eval')
+  if config.get('loss', 'softmax_xent') not in LOSSES:
+    raise ValueError(f'Unknown loss={config.loss!r}; use one of {", ".join(LOSSES)}.')
+  patch = config.model.patches.size[0] if 'patches' in config.model else 1
+  if config.model.get('resnet') is None and config.pp.crop % patch:
+    raise ValueError(f'pp.crop={config.pp.crop} is not divisible by the patch size {patch}; '
+                     f'use a multiple of {patch} (e.g. --config.pp.crop={config.pp.crop // patch * patch or patch}).')
+
+
+@dataclasses.dataclass
+class Trainer:
+  """Everything `train_and_evaluate` builds once: model, optimizer, mesh and compiled steps."""
+  config: Any
+  model: Any
+  tx: optax.GradientTransformation
+  schedule: optax.Schedule
+  mesh: Mesh
+  total_steps: int
+  grid_shape: Tuple[int, int]
+  info: Any
+
+
+def build_trainer(config: Any) -> Trainer:
+  mesh = parallel.make_mesh()
+  validate_config(config, mesh)
+  info = input_pipeline.get_dataset_info(config)
+  steps = total_steps(config, info.num_train_examples)
+  schedule = optim.learning_rate_schedule(
+      total_steps=steps, base_lr=config.base_lr, decay_type=config.get('decay_type', 'cosine'),
+      warmup_steps=config.get('warmup_steps', 0), linear_end=config.get('linear_end', 1e-5))
+  model = models.get_model(config.model, num_classes=info.num_classes)
+  grid = models.token_grid(config.model, (config.pp.crop, config.pp.crop))
+  return Trainer(config, model, optim.make_optimizer(config, schedule), schedule, mesh, steps,
+                 grid, info)
+
+
+def init_state(trainer: Trainer, *, abstract: bool = False) -> State:
+  """Initial train state: pretrained weights if configured, else a fresh init (seeded)."""
+  config, mesh = trainer.config, trainer.mesh
+  replicated = parallel.replicated(mesh)
+  dummy = jnp.zeros((1, config.pp.crop, config.pp.crop, 3), jnp.float32)
+  seed_key = jax.random.key(config.get('seed', 0))
+
+  def fresh_params():
+    return trainer.model.init(seed_key, dummy, train=False)['params']
+
+  def make_state(params):
+    return {'params': params, 'opt_state': trainer.tx.init(params),
+            'step': jnp.zeros((), jnp.int32), 'rng': jax.random.key_data(seed_key)}
+
+  if abstract:
+    return jax.eval_shape(lambda: make_state(fresh_params()))
+  params = jax.jit(fresh_params, out_shardings=replicated)()
+  path = pretrained_path(config)
+  if path:
+    logging.info('Fine-tuning from %s', path)
+    loaded = checkpoint.load_pretrained(
+        pretrained_path=path, init_params=parallel.to_host(params), model_config=config.model,
+        grid_shape=trainer.grid_shape)
+    params = parallel.put_replicated(loaded, mesh)
+  return jax.jit(make_state, out_shardings=replicated)(params)
+
+
+def make_checkpoint_manager(workdir: str, config: Any) -> ocp.CheckpointManager:
+  options = ocp.CheckpointManagerOptions(max_to_keep=config.get('keep_checkpoints', 3),
+                                         create=True)
+  return ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, 'checkpoints')),
+                               options=options)
+
+
+def restore_or_init(trainer: Trainer, manager: ocp.CheckpointManager) -> State:
+  """Resume order: the workdir's latest checkpoint > pretrained npz > scratch."""
+  latest = manager.latest_step()
+  if latest is None:
+    return init_state(trainer)
+  replicated = parallel.replicated(trainer.mesh)
+  abstract = jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated),
+      init_state(trainer, abstract=True))
+  logging.info('Resuming from checkpoint at step %d in %s', latest, manager.directory)
+  return manager.restore(latest, args=ocp.args.StandardRestore(abstract))
+
+
+class StopSignal:
+  """Turns SIGTERM into a flag the loop checks, so it can checkpoint before exiting."""
+
+  def __init__(self):
+    self.received = False
+    self._previous = None
+    if threading.current_thread() is threading.main_thread():
+      self._previous = signal.signal(signal.SIGTERM, self._handle)
+
+  def _handle(self, signum, frame):
+    del signum, frame
+    logging.warning('SIGTERM received: saving a checkpoint before exiting.')
+    self.received = True
+
+  def any_process(self) -> bool:
+    if jax.process_count() == 1:
+      return self.received
+    from jax.experimental import multihost_utils  # Only for multi-process runs.
+    return bool(np.any(multihost_utils.process_allgather(np.int32(self.received))))
+
+  def restore(self):
+    if self._previous is not None:
+      signal.signal(signal.SIGTERM, self._previous)
+
+
+def device_prefetch(batches: Iterator[Mapping[str, np.ndarray]], mesh: Mesh,
+                    size: int) -> Iterator[Tuple[Mapping[str, jax.Array], float]]:
+  """Keeps `size` batches already on device; yields (batch, seconds spent waiting for data)."""
+  queue = []
+  while True:
+    while len(queue) < max(size, 1):
+      start = time.perf_counter()
+      host = next(batches)
+      queue.append((parallel.put_batch(host, mesh), time.perf_counter() - start))
+    yield queue.pop(0)
+
+
+class ProgressLog:
+  """One log line and one scalar record per interval: step, %, loss, lr, img/s/core, ETA."""
+
+  def __init__(self, writer, total: int, start_step: int, batch: int, history_path: str):
+    self.writer, self.total, self.batch = writer, total, batch
+    self.history_path = history_path
+    self.last_step, self.last_time = start_step, time.time()
+    self.start_step, self.start_time = start_step, time.time()
+    self.data_wait = 0.
+
+  def train(self, step: int, loss: float, lr: float) -> None:
+    now = time.time()
+    steps = max(step - self.last_step, 1)
+    img_s_core = self.batch * steps / max(now - self.last_time, 1e-9) / jax.device_count()
+    done = step / self.total
+    rate = (now - self.start_time) / max(step - self.start_step, 1)
+    eta = (self.total - step) * rate
+    wait = self.data_wait / max(now - self.last_time, 1e-9)
+    logging.info('Step %d/%d (%.1f%%): loss=%.4f lr=%.3g img/s/core=%.1f data-wait=%.0f%% '
+                 'ETA=%s', step, self.total, 100 * done, loss, lr, img_s_core, 100 * wait,
+                 _fmt_seconds(eta))
+    self.write(step, {'train_loss': loss, 'lr': lr, 'img_sec_core_train': img_s_core,
+                      'data_wait_fraction': wait})
+    self.last_step, self.last_time, self.data_wait = step, now, 0.
+
+  def write(self, step: int, scalars: Dict[str, float]) -> None:
+    self.writer.write_scalars(step, scalars)
+    if jax.process_index() == 0:
+      plotting.append_history(self.history_path, step, scalars)
+
+
+def _fmt_seconds(seconds: float) -> str:
+  seconds = int(seconds)
+  return f'{seconds // 3600}h{seconds // 60 % 60:02d}m{seconds % 60:02d}s'
+
+
+def _is_due(step: int, every: Optional[int], total: int) -> bool:
+  return step == total or bool(every and step % every == 0)
+
+
+def run_eval(trainer: Trainer, eval_step: Callable, params: Any, eval_data: Any,
+             progress: ProgressLog, step: int) -> Dict[str, float]:
+  start = time.time()
+  result = evaluate(eval_step, params, eval_data, trainer.mesh)
+  seconds = time.time() - start
+  logging.info('Step %d: test accuracy=%.4f loss=%.4f on %d examples (%.1fs)', step,
+               result['accuracy'], result['loss'], result['num_examples'], seconds)
+  progress.write(step, {'accuracy_test': result['accuracy'], 'loss_test': result['loss'],
+                        'img_sec_core_test': result['num_examples'] / max(seconds, 1e-9)
+                        / jax.device_count()})
+  return result
+
+
+def export_params(params: Any, workdir: str) -> Optional[str]:
+  """Process 0 writes the final params as a published-format `workdir/params.npz`."""
+  if jax.process_index() != 0:
+    return None
+  path = checkpoint.save(parallel.to_host(params), os.path.join(workdir, 'params.npz'))
+  logging.info('Exported params to %s', path)
+  return path
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, Any]:
+  """Trains (or continues training) per `config` in `workdir`; returns final eval metrics.
+
+  Writes TensorBoard events, `metrics.jsonl` + `curves.png`, orbax checkpoints under
+  `workdir/checkpoints` and the final `workdir/params.npz`.
+  """
+  trainer = build_trainer(config)
+  os.makedirs(workdir, exist_ok=True)
+  manager = make_checkpoint_manager(workdir, config)
+  state = restore_or_init(trainer, manager)
+  start = int(parallel.to_host(state['step']))
+  logging.info('Model %s, %d classes, %d steps of batch %d; starting at step %d.',
+               config.model.get('model_name'), trainer.info.num_classes, trainer.total_steps,
+               config.batch, start)
+  writer = metric_writers.create_default_writer(workdir, just_logging=jax.process_index() > 0)
+  progress = ProgressLog(writer, trainer.total_steps, start, config.batch,
+                         os.path.join(workdir, 'metrics.jsonl'))
+  eval_data = input_pipeline.get_eval_data(config)
+  eval_step = make_eval_step(trainer.model, trainer.mesh)
+  result = _train_loop(trainer, state, start, manager, progress, eval_step, eval_data, workdir)
+  writer.flush()
+  return result
+
+
+def _train_loop(trainer: Trainer, state: State, start: int, manager: ocp.CheckpointManager,
+                progress: ProgressLog, eval_step: Callable, eval_data: Any,
+                workdir: str) -> Dict[str, Any]:
+  config, total = trainer.config, trainer.total_steps
+  train_step = make_train_step(trainer.model, trainer.tx, config, trainer.mesh)
+  batches = device_prefetch(input_pipeline.get_train_data(config, start_batch=start),
+                            trainer.mesh, config.get('prefetch', 2))
+  stop = StopSignal()
+  nonfinite, checked_step, result = jnp.zeros((), bool), start, {}
+  try:
+    for step in range(start + 1, total + 1):
+      batch, waited = next(batches)
+      progress.data_wait += waited
+      state, metrics = train_step(state, batch)
+      nonfinite = nonfinite | ~jnp.isfinite(metrics['loss'])
+      if step == start + 1:
+        logging.info('First step done (includes compilation).')
+      save_due = _is_due(step, config.get('checkpoint_every'), total) or stop.received
+      if _is_due(step, config.get('progress_every'), total) or save_due:
+        _check_finite(nonfinite, checked_step, step, manager)
+        checked_step = step
+      if _is_due(step, config.get('progress_every'), total):
+        progress.train(step, float(metrics['loss']), float(trainer.schedule(step)))
+      if _is_due(step, config.get('eval_every'), total):
+        result = run_eval(trainer, eval_step, state['params'], eval_data, progress, step)
+      if save_due:
+        manager.save(step, args=ocp.args.StandardSave(state))
+      if stop.any_process():
+        manager.wait_until_finished()
+        logging.warning('Stopped at step %d after SIGTERM; rerun the same command to resume.',
+                        step)
+        return {'stopped_at': step, **result}
+    manager.wait_until_finished()
+  finally:
+    stop.restore()
+  if jax.process_index() == 0:
+    plotting.plot_curves(progress.history_path, os.path.join(workdir, 'curves.png'))
+  export_params(state['params'], workdir)
+  return {'step': total, **result}
+
+
+def _check_finite(nonfinite: jax.Array, last_good: int, step: int,
+                  manager: ocp.CheckpointManager) -> None:
+  if bool(nonfinite):
+    manager.wait_until_finished()
+    kept = manager.latest_step()
+    raise NonFiniteLossError(
+        f'Loss became NaN/inf between steps {last_good + 1} and {step}; the last good checkpoint '
+        f'(step {kept}) is kept in {manager.directory}. Lower --config.base_lr, raise '
+        '--config.warmup_steps or check the input data, then rerun to resume.')
+
+
+def pretrain_then_finetune(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, Any]:
+  """Runs `config.pretrain`, exports its npz, then fine-tunes `config.finetune` from that npz.
+
+  Each stage has its own sub-workdir (so each resumes on its own); the fine-tuning stage may use
+  a higher `pp.crop`, in which case the position embeddings are resized on load.
+  """
+  pre_dir, fine_dir = os.path.join(workdir, 'pretrain'), os.path.join(workdir, 'finetune')
+  logging.info('Stage 1/2: pretraining in %s', pre_dir)
+  pre = train_and_evaluate(config.pretrain, pre_dir)
+  finetune = ml_collections.ConfigDict(config.finetune.to_dict())
+  finetune.pretrained_path = os.path.join(pre_dir, 'params.npz')
+  logging.info('Stage 2/2: fine-tuning from %s at %dpx in %s', finetune.pretrained_path,
+               finetune.pp.crop, fine_dir)
+  fine = train_and_evaluate(finetune, fine_dir)
+  if jax.process_index() == 0:
+    plotting.plot_stages({'pretrain': os.path.join(pre_dir, 'metrics.jsonl'),
+                          'finetune': os.path.join(fine_dir, 'metrics.jsonl')},
+                         os.path.join(workdir, 'curves.png'))
+  return {'pretrain': pre, 'finetune': fine}
+
+
+TRAINERS = {'train': train_and_evaluate, 'pretrain_then_finetune': pretrain_then_finetune}
+
+
+def get_trainer(name: str) -> Callable[[ml_collections.ConfigDict, str], Dict[str, Any]]:
+  if name == 'inference_time':
+    from vit_jax import inference_time  # Imported lazily: benchmark-only dependency.
+    return inference_time.inference_time
+  if name not in TRAINERS:
+    raise ValueError(f'Unknown trainer={name!r}; use one of {", ".join(TRAINERS)}, '
+                     'inference_time.')
+  return TRAINERS[name]
+
+
+__all__ = ['train_and_evaluate', 'pretrain_then_finetune', 'make_train_step', 'make_eval_step',
+           'accumulate_gradient', 'evaluate', 'get_trainer']
