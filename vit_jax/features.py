@@ -1,0 +1,289 @@
+"""Features of a trained ViT for inspection: images in, embeddings/tokens/attention out.
+
+`load_model` reads a published `.npz` into the model it fits (classes, representation layer and
+resolution come from the checkpoint); `extract_features` runs that same model and param tree
+once with Flax's `capture_intermediates` plus the attention weights each block sows, so the
+numbers are exactly those of the forward pass that makes predictions (no second model).
+
+Images are read and resized like the evaluation input pipeline (`input_pipeline.py`): decode
+to 3-channel RGB, `tf.image.resize` bilinear to the square model size, then
+`(x - 127.5) / 127.5`; predictions on a file therefore match eval on the same image.
+"""
+
+import dataclasses
+import functools
+import math
+import os
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+
+from vit_jax import checkpoint
+from vit_jax import models
+from vit_jax import models_vit
+
+Params = Dict[str, Any]
+
+IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.gif', '.bmp', '.webp', '.tif', '.tiff')
+# A checkpoint named without a folder or extension is looked up here: these files carry real
+# ImageNet-1k heads (the plain imagenet21k files have all-zero heads).
+DEFAULT_NAMED_COLLECTION = 'imagenet21k+imagenet2012'
+
+
+# File signatures of the formats TF decodes (JPEG, PNG, GIF, BMP); others go straight to Pillow
+# so TF never logs a C++ warning for a file it cannot read.
+_TF_IMAGE_MAGIC = (b'\xff\xd8\xff', b'\x89PNG', b'GIF8', b'BM')
+
+
+class ImageError(ValueError):
+  """An image file that is missing or cannot be decoded."""
+
+
+def _tensorflow():
+  """Imports TensorFlow (heavy; only the image tools need it) without its C++ warning spam."""
+  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+  import tensorflow as tf
+  return tf
+
+
+def read_image(path: str) -> np.ndarray:
+  """Decodes an image file to uint8 RGB (H, W, 3), whatever its format or mode.
+
+  TensorFlow's decoder comes first because it is the one TFDS (hence the eval pipeline) uses,
+  so JPEG pixels agree bit for bit; Pillow covers what TF cannot read (TIFF, WebP, 16-bit
+  or palette modes TF rejects).
+  """
+  if not os.path.isfile(path):
+    raise ImageError(f'Could not find image "{path}"; check the path.')
+  with open(path, 'rb') as f:
+    header = f.read(8)
+  if header.startswith(_TF_IMAGE_MAGIC):
+    tf = _tensorflow()
+    try:
+      image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False,
+                                 dtype=tf.uint8)
+      return image.numpy()
+    except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError):
+      pass  # E.g. a truncated JPEG; Pillow's error message is the clearer one.
+  return _read_image_pil(path)
+
+
+def _read_image_pil(path: str) -> np.ndarray:
+  from PIL import Image, UnidentifiedImageError
+  try:
+    with Image.open(path) as image:
+      image.load()
+      if image.mode in ('I;16', 'I;16B', 'I;16L', 'I'):
+        # 16-bit grey: scale to 8 bits rather than clip (convert('RGB') would saturate).
+        array = np.asarray(image, np.float64)
+        image = Image.fromarray(np.round(array * 255. / max(array.max(), 1.)).astype(np.uint8))
+      return np.asarray(image.convert('RGB'), np.uint8)
+  except (UnidentifiedImageError, OSError, ValueError) as e:
+    raise ImageError(f'Could not read image "{path}" ({e}); it is not an image file this tool '
+                     'can decode (JPEG, PNG, GIF, BMP, WebP, TIFF).') from None
+
+
+def preprocess(image: np.ndarray, image_size: int) -> np.ndarray:
+  """uint8 RGB (H, W, 3) → float32 (size, size, 3) in [-1, 1], as the eval pipeline does it.
+
+  Bilinear `tf.image.resize` without antialiasing and without cropping (the official eval
+  path resizes the whole image to a square), then `(x - 127.5) / 127.5`.
+  """
+  tf = _tensorflow()
+  resized = tf.image.resize(image, [image_size, image_size], method='bilinear')
+  return ((resized.numpy() - 127.5) / 127.5).astype(np.float32)
+
+
+def load_images(paths: Sequence[str], image_size: int) -> np.ndarray:
+  """Reads and preprocesses `paths` into one (len(paths), size, size, 3) float32 batch."""
+  return np.stack([preprocess(read_image(p), image_size) for p in paths])
+
+
+@flax.struct.dataclass
+class Features:
+  """What one forward pass computed, per image of the batch.
+
+  Attributes:
+    logits: (B, num_classes) head outputs, or None for a model without head.
+    pre_logits: (B, D) the embedding fed to the head (after `pre_logits` if the model has one).
+    tokens: (B, N, D) encoder output (after `encoder_norm`), class token first if any.
+    blocks: one (B, N, D) output per encoder block, before `encoder_norm`.
+    attention: one (B, heads, N, N) softmax attention matrix per block (rows are queries).
+  """
+
+  logits: Optional[jax.Array]
+  pre_logits: jax.Array
+  tokens: jax.Array
+  blocks: Tuple[jax.Array, ...]
+  attention: Tuple[jax.Array, ...]
+
+
+def _capture_filter(module: Any, method_name: str) -> bool:
+  return method_name == '__call__' and isinstance(
+      module, (models_vit.Encoder, models_vit.Encoder1DBlock))
+
+
+def _features(model: models_vit.VisionTransformer, params: Params,
+              images: jax.Array) -> Features:
+  logits, state = model.apply({'params': params}, images, train=False,
+                              capture_intermediates=_capture_filter, mutable=['intermediates'])
+  inter = state['intermediates']
+  encoder = inter['Transformer']
+  num_blocks = model.transformer['num_layers']
+  blocks = [encoder[f'encoderblock_{i}'] for i in range(num_blocks)]
+  return Features(
+      logits=logits if model.num_classes else None,
+      pre_logits=inter['pre_logits'][0],
+      tokens=encoder['__call__'][0],
+      blocks=tuple(b['__call__'][0] for b in blocks),
+      attention=tuple(b['MultiHeadDotProductAttention_0']['attention_weights'][0]
+                      for b in blocks))
+
+
+def make_feature_fn(model: Any) -> Callable[[Params, jax.Array], Features]:
+  """A jitted `fn(params, images) -> Features` for `model`; build it once, call it per batch."""
+  if not isinstance(model, models_vit.VisionTransformer) or model.transformer is None:
+    raise ValueError('Features need a Vision Transformer (ViT or hybrid); Mixer and '
+                     'ResNet-only models have no attention to capture.')
+  return jax.jit(functools.partial(_features, model))
+
+
+def extract_features(model: Any, params: Params, images: Any) -> Features:
+  """Runs `model` once on NHWC `images` in [-1, 1] and returns every captured feature.
+
+  Args:
+    model: a `VisionTransformer` (e.g. `LoadedModel.model` or `models.get_model(...)`).
+    params: its Linen param tree (the same one used for predictions).
+    images: (B, H, W, 3) float array in [-1, 1] (see `load_images`).
+
+  Returns:
+    `Features` with logits, pre-logits embedding, encoder tokens, each block's output and each
+    block's attention weights. Compiles per call; use `make_feature_fn` for many batches.
+  """
+  return make_feature_fn(model)(params, jnp.asarray(images, jnp.float32))
+
+
+def num_prefix_tokens(model_config: Any) -> int:
+  """Tokens before the patch grid: 1 for the class token ('token' classifiers), else 0."""
+  return 1 if model_config.get('classifier', 'token') in ('token', 'token_unpooled') else 0
+
+
+def token_stride(model_config: Any) -> int:
+  """Pixels per token along each axis: the patch size, times the ResNet's 4x/2x downscaling."""
+  return 224 // models.token_grid(model_config, (224, 224))[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedModel:
+  """A checkpoint fitted to its model.
+
+  Attributes:
+    model: the Flax module (ViT, hybrid or Mixer) with the checkpoint's classes.
+    params: Linen param tree (numpy), checked against the model.
+    config: the preset's ConfigDict, updated with the checkpoint's representation size.
+    image_size: square input side the model runs at.
+    num_classes: outputs of the head (0 when the checkpoint has none).
+    head_is_zero: True for pre-training files whose head was never trained (all zeros).
+    source: the checkpoint path as given.
+  """
+
+  model: Any
+  params: Params
+  config: Any
+  image_size: int
+  num_classes: int
+  head_is_zero: bool
+  source: str
+
+
+def resolve_checkpoint(path_or_name: str) -> str:
+  """A path, URL, or a published name ('ViT-B_16', 'augreg/S_16-...'); names map to gs://."""
+  if os.path.exists(path_or_name) or checkpoint.is_remote(path_or_name):
+    return path_or_name
+  collection, _, name = path_or_name.rpartition('/')
+  if not name.endswith('.npz') and collection in ('', *checkpoint.PUBLISHED_DIRS):
+    folder = checkpoint.PUBLISHED_DIRS[collection or DEFAULT_NAMED_COLLECTION]
+    return f'{folder}/{name}.npz'
+  return path_or_name
+
+
+def model_name_for(checkpoint_path: str) -> str:
+  """Guesses the preset from a file name ('ViT-B_16.npz', 'B_16-i21k-...npz')."""
+  stem = os.path.basename(checkpoint_path)
+  stem = stem[:-len('.npz')] if stem.endswith('.npz') else stem
+  for candidate in (stem, stem.split('-i21k')[0], stem.split('-')[0]):
+    if candidate in models.MODEL_CONFIGS or candidate in models.AUGREG_CONFIGS:
+      return candidate
+  raise ValueError(f'Cannot tell the model of checkpoint "{checkpoint_path}" from its name; '
+                   'pass --model (e.g. --model=ViT-B_16).')
+
+
+def _checkpoint_grid(params: Params, config: Any) -> Optional[Tuple[int, int]]:
+  try:
+    posemb = params['Transformer']['posembed_input']['pos_embedding']
+  except (KeyError, TypeError):
+    return None
+  side = math.isqrt(posemb.shape[1] - num_prefix_tokens(config))
+  return side, side
+
+
+def _fit_posemb(params: Params, config: Any, image_size: int) -> None:
+  """Resizes the checkpoint's position embeddings in place if `image_size` needs another grid."""
+  old_grid = _checkpoint_grid(params, config)
+  new_grid = models.token_grid(config, (image_size, image_size))
+  if old_grid is not None and old_grid != tuple(new_grid):
+    logging.warning('Checkpoint position embeddings are for a %dx%d grid; resizing to %dx%d '
+                    'for %dpx inputs.', *old_grid, *new_grid, image_size)
+    posembed = params['Transformer']['posembed_input']
+    posembed['pos_embedding'] = checkpoint.resize_posemb(
+        posembed['pos_embedding'], new_grid, num_prefix_tokens=num_prefix_tokens(config),
+        old_grid=old_grid)
+
+
+def load_model(checkpoint_path: str, model_name: Optional[str] = None,
+               image_size: Optional[int] = None) -> LoadedModel:
+  """Loads a published-layout checkpoint into the preset model it was trained as.
+
+  Args:
+    checkpoint_path: local .npz, gs:// or https:// address, or a published name ('ViT-B_16').
+    model_name: preset name (official or AugReg spelling); None guesses it from the file name.
+    image_size: input side; None uses the checkpoint's own resolution (from its position
+      embeddings, 224 when it has none). Another size resizes the position embeddings.
+
+  Returns:
+    A `LoadedModel`.
+
+  Raises:
+    ValueError: unknown model name, or a model the image tools cannot run.
+    checkpoint.CheckpointError: missing/unreadable file or one that does not fit the model.
+  """
+  config = models.get_config(model_name or model_name_for(checkpoint_path))
+  path = resolve_checkpoint(checkpoint_path)
+  if not checkpoint.is_remote(path) and not os.path.isfile(path):
+    raise checkpoint.CheckpointError(
+        f'Could not find checkpoint "{checkpoint_path}"; pass an .npz file, a gs:// or https:// '
+        'address, or a published name such as ViT-B_16.')
+  params = checkpoint.load(path)
+  num_classes = int(np.shape(params['head']['bias'])[0]) if 'head' in params else 0
+  if 'pre_logits' in params and 'representation_size' in config:
+    config.representation_size = int(np.shape(params['pre_logits']['bias'])[0])
+  if image_size is None:
+    grid = _checkpoint_grid(params, config)
+    image_size = grid[0] * token_stride(config) if grid else 224
+  if not models.is_mixer(config):
+    _fit_posemb(params, config, image_size)
+  model = models.get_model(config, num_classes=num_classes)
+  expected = jax.eval_shape(
+      lambda: model.init(jax.random.key(0), jnp.zeros((1, image_size, image_size, 3)),
+                         train=False))['params']
+  try:
+    checkpoint.check_tree(params, expected, checkpoint_path)
+  except checkpoint.CheckpointError as e:
+    raise checkpoint.CheckpointError(str(e).replace('--config.model', '--model')) from None
+  head_is_zero = bool(num_classes) and not np.any(params['head']['kernel'])
+  return LoadedModel(model=model, params=params, config=config, image_size=image_size,
+                     num_classes=num_classes, head_is_zero=head_is_zero, source=checkpoint_path)
