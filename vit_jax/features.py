@@ -91,11 +91,12 @@ def preprocess(image: np.ndarray, image_size: int) -> np.ndarray:
   """uint8 RGB (H, W, 3) → float32 (size, size, 3) in [-1, 1], as the eval pipeline does it.
 
   Bilinear `tf.image.resize` without antialiasing and without cropping (the official eval
-  path resizes the whole image to a square), then `(x - 127.5) / 127.5`.
+  path resizes the whole image to a square), then `x / 127.5 - 1`.
   """
   tf = _tensorflow()
   resized = tf.image.resize(image, [image_size, image_size], method='bilinear')
-  return ((resized.numpy() - 127.5) / 127.5).astype(np.float32)
+  # x / 127.5 - 1 (= (x - 127.5) / 127.5) in float32, the input pipeline's exact arithmetic.
+  return (tf.cast(resized, tf.float32) / 127.5 - 1.).numpy()
 
 
 def load_images(paths: Sequence[str], image_size: int) -> np.ndarray:

@@ -1,0 +1,177 @@
+"""Tests for vit_jax.features: image reading/preprocessing, load_model, captured features."""
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from npz_fixtures import perturb
+from vit_jax import checkpoint
+from vit_jax import features
+from vit_jax import models
+
+
+def write_checkpoint(path, *, num_classes=10, image_size=32, zero_head=False, seed=0,
+                     model='testing'):
+  """Saves perturbed random weights of `model` via checkpoint.save; returns the param tree."""
+  net = models.get_model(model, num_classes=num_classes)
+  params = net.init(jax.random.key(seed), jnp.zeros((1, image_size, image_size, 3)),
+                    train=False)['params']
+  params = perturb(params, seed=seed, scale=0.5)
+  if zero_head:
+    params['head'] = jax.tree.map(np.zeros_like, params['head'])
+  checkpoint.save(params, str(path))
+  return params
+
+
+def write_images(folder, seed=0):
+  """Images of several sizes, formats and modes; returns their paths (sorted)."""
+  os.makedirs(folder, exist_ok=True)
+  rng = np.random.default_rng(seed)
+  rgb = lambda h, w: rng.integers(0, 256, (h, w, 3), dtype=np.uint8)  # noqa: E731
+  files = {
+      'a_rgb.png': Image.fromarray(rgb(40, 50)),
+      'b_grey.jpg': Image.fromarray(rgb(64, 30)[..., 0], 'L'),
+      'c_rgba.png': Image.fromarray(np.concatenate([rgb(33, 33), rgb(33, 33)[..., :1]], -1),
+                                    'RGBA'),
+      'd_palette.gif': Image.fromarray(rgb(20, 70)).convert('P'),
+  }
+  for name, image in files.items():
+    image.save(os.path.join(folder, name))
+  return sorted(os.path.join(folder, name) for name in files)
+
+
+@pytest.fixture(scope='module')
+def saved(tmp_path_factory):
+  path = tmp_path_factory.mktemp('ckpt') / 'testing.npz'
+  params = write_checkpoint(path)
+  return str(path), params
+
+
+def test_preprocess_is_tf_bilinear_resize_to_minus_one_one():
+  image = np.random.default_rng(0).integers(0, 256, (37, 53, 3), dtype=np.uint8)
+  out = features.preprocess(image, 32)
+  want = (tf.image.resize(image, [32, 32], method='bilinear').numpy() - 127.5) / 127.5
+  assert out.shape == (32, 32, 3) and out.dtype == np.float32
+  np.testing.assert_allclose(out, want, atol=1e-6)
+  assert out.min() >= -1 and out.max() <= 1
+  np.testing.assert_allclose(features.preprocess(np.full((5, 5, 3), 255, np.uint8), 8), 1.)
+
+
+def test_read_and_preprocess_match_the_eval_input_pipeline(tmp_path):
+  try:
+    from vit_jax import input_pipeline
+    steps = input_pipeline._decode, input_pipeline._resize, input_pipeline._normalize
+  except (ImportError, AttributeError) as e:
+    pytest.skip(f'input_pipeline eval steps not available: {e}')
+  decode, resize, normalize = steps
+  for path in write_images(tmp_path)[:2]:  # One PNG, one JPEG.
+    want = normalize(resize(decode(tf.io.read_file(path)), 32)).numpy()
+    np.testing.assert_array_equal(features.preprocess(features.read_image(path), 32), want)
+
+
+def test_read_image_any_mode_gives_uint8_rgb(tmp_path):
+  paths = write_images(tmp_path)
+  grey16 = tmp_path / 'e_grey16.png'
+  Image.fromarray(np.arange(600, dtype=np.uint16).reshape(20, 30) * 100).save(grey16)
+  tiff = tmp_path / 'f.tiff'
+  Image.fromarray(np.zeros((9, 7, 3), np.uint8)).save(tiff)
+  for path in [*paths, str(grey16), str(tiff)]:
+    image = features.read_image(path)
+    assert image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3, path
+  grey = features.read_image(paths[1])
+  assert grey.shape == (64, 30, 3) and np.all(grey[..., 0] == grey[..., 2])
+  # 16-bit values are scaled to 8 bits (65535 → 255), not clipped to one saturated value.
+  assert abs(int(features.read_image(str(grey16)).max()) - 59900 / 257) <= 1
+
+
+def test_read_image_errors(tmp_path):
+  with pytest.raises(features.ImageError, match='Could not find image'):
+    features.read_image(str(tmp_path / 'missing.jpg'))
+  bad = tmp_path / 'notes.txt'
+  bad.write_text('not an image')
+  with pytest.raises(features.ImageError, match='Could not read image'):
+    features.read_image(str(bad))
+  assert issubclass(features.ImageError, ValueError)
+
+
+def test_load_model_reads_classes_and_size(saved):
+  path, params = saved
+  loaded = features.load_model(path, 'testing')
+  assert (loaded.num_classes, loaded.image_size, loaded.head_is_zero) == (10, 32, False)
+  np.testing.assert_array_equal(loaded.params['head']['kernel'], params['head']['kernel'])
+
+
+def test_load_model_resizes_posemb_for_other_size(saved):
+  loaded = features.load_model(saved[0], 'testing', image_size=64)
+  assert loaded.params['Transformer']['posembed_input']['pos_embedding'].shape == (1, 17, 10)
+  out = loaded.model.apply({'params': loaded.params}, np.zeros((1, 64, 64, 3)), train=False)
+  assert out.shape == (1, 10)
+
+
+def test_load_model_errors(saved, tmp_path):
+  with pytest.raises(checkpoint.CheckpointError, match='--model'):
+    features.load_model(saved[0], 'ViT-Ti_16')
+  with pytest.raises(ValueError, match='Unknown model'):
+    features.load_model(saved[0], 'ViT-Q_99')
+  with pytest.raises(checkpoint.CheckpointError, match='Could not find checkpoint'):
+    features.load_model(str(tmp_path / 'nope.npz'), 'testing')
+
+
+def test_model_name_and_checkpoint_names():
+  assert features.model_name_for('/x/ViT-B_16.npz') == 'ViT-B_16'
+  assert features.model_name_for('B_16-i21k-300ep-lr_0.001-aug_medium1.npz') == 'B_16'
+  with pytest.raises(ValueError, match='--model'):
+    features.model_name_for('/x/mystery.npz')
+  assert features.resolve_checkpoint('ViT-B_16') == (
+      'gs://vit_models/imagenet21k+imagenet2012/ViT-B_16.npz')
+  assert features.resolve_checkpoint('imagenet21k/ViT-L_16') == (
+      'gs://vit_models/imagenet21k/ViT-L_16.npz')
+
+
+def test_features_come_from_the_same_forward_pass(saved):
+  loaded = features.load_model(saved[0], 'testing')
+  x = np.random.default_rng(0).uniform(-1, 1, (3, 32, 32, 3)).astype(np.float32)
+  f = features.extract_features(loaded.model, loaded.params, x)
+  plain = loaded.model.apply({'params': loaded.params}, x, train=False)
+  np.testing.assert_allclose(f.logits, plain, rtol=1e-5, atol=1e-6)
+  assert f.tokens.shape == (3, 5, 10) and len(f.blocks) == len(f.attention) == 1
+  assert f.attention[0].shape == (3, 2, 5, 5)
+  np.testing.assert_allclose(f.attention[0].sum(-1), 1., atol=1e-5)
+  # Token classifier without representation layer: the embedding is the encoder's class token.
+  np.testing.assert_allclose(f.pre_logits, f.tokens[:, 0], atol=1e-6)
+  norm = loaded.params['Transformer']['encoder_norm']
+  block = np.asarray(f.blocks[-1])
+  normed = (block - block.mean(-1, keepdims=True)) / np.sqrt(block.var(-1, keepdims=True) + 1e-6)
+  np.testing.assert_allclose(normed * norm['scale'] + norm['bias'], f.tokens, atol=1e-4)
+
+
+def test_attention_weights_match_a_manual_computation(saved):
+  loaded = features.load_model(saved[0], 'testing')
+  x = np.random.default_rng(1).uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
+  f = features.extract_features(loaded.model, loaded.params, x)
+  p = loaded.params
+  tokens = jax.lax.conv_general_dilated(
+      x, p['embedding']['kernel'], (16, 16), 'VALID',
+      dimension_numbers=('NHWC', 'HWIO', 'NHWC')) + p['embedding']['bias']
+  tokens = np.asarray(tokens).reshape(2, 4, 10)
+  tokens = np.concatenate([np.broadcast_to(p['cls'], (2, 1, 10)), tokens], 1)
+  tokens = tokens + p['Transformer']['posembed_input']['pos_embedding']
+  blk = p['Transformer']['encoderblock_0']
+  ln = blk['LayerNorm_0']
+  y = (tokens - tokens.mean(-1, keepdims=True)) / np.sqrt(tokens.var(-1, keepdims=True) + 1e-6)
+  y = y * ln['scale'] + ln['bias']
+  att = blk['MultiHeadDotProductAttention_0']
+  q = np.einsum('bnd,dhk->bhnk', y, att['query']['kernel']) + att['query']['bias'][:, None]
+  k = np.einsum('bnd,dhk->bhnk', y, att['key']['kernel']) + att['key']['bias'][:, None]
+  want = jax.nn.softmax(np.einsum('bhqk,bhnk->bhqn', q, k) / np.sqrt(5), axis=-1)
+  np.testing.assert_allclose(f.attention[0], want, atol=1e-5)
+
+
+def test_make_feature_fn_rejects_mixer():
+  with pytest.raises(ValueError, match='Vision Transformer'):
+    features.make_feature_fn(models.get_model('Mixer-B_16', num_classes=2))
