@@ -48,8 +48,6 @@ def load_labels(labels: Optional[str], num_classes: int) -> List[str]:
   """Label names for a head of `num_classes` outputs ('class N' when no set is known)."""
   name = labels or _DEFAULT_LABELS.get(num_classes)
   if name is None:
-    if num_classes == 10:
-      logging.warning('10 classes: pass --labels=cifar10 or --labels=fashion_mnist for names.')
     return [f'class {i}' for i in range(num_classes)]
   if name in LABEL_SETS:
     text = importlib.resources.files('vit_jax').joinpath(f'labels/{name}.txt').read_text()
@@ -125,8 +123,9 @@ def format_text(result: Dict) -> str:
   return '\n'.join(lines)
 
 
-def run(fv: flags.FlagValues, image_paths: Sequence[str], out=sys.stdout) -> None:
+def run(fv: flags.FlagValues, image_paths: Sequence[str], out=None) -> None:
   """Loads the checkpoint named by the flags and prints predictions for `image_paths`."""
+  out = out or sys.stdout
   if not fv.checkpoint:
     raise ValueError('Pass --checkpoint=PATH_OR_NAME (an .npz file or e.g. ViT-B_16).')
   if fv.top_k < 1 or fv.batch_size < 1:
@@ -148,6 +147,9 @@ def run(fv: flags.FlagValues, image_paths: Sequence[str], out=sys.stdout) -> Non
     for result in results:
       out.write(format_text(result) + '\n')
       out.flush()
+  if fv.labels is None and loaded.num_classes == 10:
+    logging.warning('Labels shown as class indices: pass --labels=cifar10 or '
+                    '--labels=fashion_mnist for names.')
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
