@@ -1,0 +1,109 @@
+"""Offline Fashion-MNIST: idx parsing and TFDS preparation from local gz files (no network)."""
+
+import gzip
+import os
+import struct
+from unittest import mock
+
+import ml_collections
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+
+from vit_jax import fashion_mnist
+from vit_jax import input_pipeline
+
+NAMES = ['T-shirt/top', 'Trouser', 'Pullover', 'Dress', 'Coat', 'Sandal', 'Shirt', 'Sneaker',
+         'Bag', 'Ankle boot']
+
+
+def write_idx_gz(path, array):
+  """Writes `array` (uint8) as a gzipped idx file, the layout of the original release."""
+  header = struct.pack('>BBBB', 0, 0, 0x08, array.ndim)
+  header += struct.pack(f'>{array.ndim}I', *array.shape)
+  with gzip.open(path, 'wb') as f:
+    f.write(header + array.astype(np.uint8).tobytes())
+
+
+@pytest.fixture
+def idx_dir(tmp_path):
+  """20 train / 10 test 28x28 images; pixel (0, 0) of image i is i so order can be checked."""
+  folder = tmp_path / 'idx'
+  folder.mkdir()
+  rng = np.random.default_rng(0)
+  for split, n in (('train', 20), ('test', 10)):
+    images = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+    images[:, 0, 0] = np.arange(n)
+    image_file, label_file = fashion_mnist.FILENAMES[split]
+    write_idx_gz(str(folder / image_file), images)
+    write_idx_gz(str(folder / label_file), np.arange(n) % 10)
+  return str(folder)
+
+
+def test_parse_idx_round_trip():
+  array = np.arange(24, dtype=np.uint8).reshape(2, 3, 4)
+  data = struct.pack('>BBBBIII', 0, 0, 8, 3, 2, 3, 4) + array.tobytes()
+  np.testing.assert_array_equal(fashion_mnist.parse_idx(data), array)
+  ints = struct.pack('>BBBBI', 0, 0, 0x0C, 1, 2) + struct.pack('>ii', -1, 70000)
+  np.testing.assert_array_equal(fashion_mnist.parse_idx(ints), [-1, 70000])
+
+
+@pytest.mark.parametrize('data, message', [
+    (b'\x01\x02\x08\x01', 'bad magic'),
+    (b'\x00\x00\x08\x02\x00\x00', 'truncated'),
+    (struct.pack('>BBBBI', 0, 0, 8, 1, 5) + b'abc', 'has 11 bytes'),
+])
+def test_parse_idx_errors(data, message):
+  with pytest.raises(ValueError, match=message):
+    fashion_mnist.parse_idx(data)
+
+
+def test_prepare_matches_tfds_fashion_mnist(idx_dir, tmp_path):
+  data_dir = str(tmp_path / 'tfds')
+  fashion_mnist.prepare(data_dir, idx_dir)
+  builder = tfds.builder('fashion_mnist', data_dir=data_dir)  # TFDS's own, registered builder.
+  assert builder.is_prepared()
+  assert builder.info.features['image'].shape == (28, 28, 1)
+  assert builder.info.features['label'].names == NAMES
+  assert {s: builder.info.splits[s].num_examples for s in ('train', 'test')} == dict(
+      train=20, test=10)
+  examples = list(tfds.as_numpy(tfds.load('fashion_mnist', split='train', data_dir=data_dir)))
+  assert len(examples) == 20
+  assert examples[0]['image'].dtype == np.uint8 and examples[0]['image'].shape == (28, 28, 1)
+  by_index = sorted((int(e['image'][0, 0, 0]), int(e['label'])) for e in examples)
+  assert by_index == [(i, i % 10) for i in range(20)]
+  fashion_mnist.prepare(data_dir, idx_dir)  # Already prepared: a no-op.
+
+
+def test_missing_files_say_how_to_get_them(tmp_path):
+  with mock.patch.dict(os.environ, {fashion_mnist.SOURCE_DIR_ENV: str(tmp_path)}), \
+       mock.patch.object(fashion_mnist, 'DEFAULT_SOURCE_DIR', str(tmp_path / 'none')):
+    with pytest.raises(ValueError, match='apt-get install dataset-fashion-mnist.*FASHION_MNIST_DIR'):
+      fashion_mnist.find_source_dir(None)
+
+
+def test_input_pipeline_falls_back_offline(idx_dir, tmp_path):
+  """Unprepared fashion_mnist with unreachable servers → prepared locally, then batches."""
+  config = ml_collections.ConfigDict(dict(
+      dataset='fashion_mnist', tfds_data_dir=str(tmp_path / 'tfds'), tfds_manual_dir=None,
+      fashion_mnist_dir=idx_dir, pp=dict(train='train', test='test', crop=28,
+                                         train_aug='pad_flip'),
+      mixup=0., batch=4, batch_eval=4, shuffle_buffer=20, seed=0, prefetch=1))
+  with mock.patch.object(input_pipeline, '_can_connect', return_value=False):
+    info = input_pipeline.get_dataset_info(config)
+  assert (info.num_train_examples, info.num_test_examples) == (20, 10)
+  assert info.class_names == tuple(NAMES)
+  batch = next(input_pipeline.get_train_data(config))
+  assert batch['image'].shape == (4, 28, 28, 3) and batch['label'].shape == (4, 10)
+  assert len(list(input_pipeline.get_eval_data(config).batches())) == 3
+
+
+@pytest.mark.skipif(not os.path.isfile(os.path.join(
+    fashion_mnist.DEFAULT_SOURCE_DIR, fashion_mnist.FILENAMES['test'][1])),
+                    reason='Debian dataset-fashion-mnist is not installed')
+def test_reads_debian_files():
+  images, labels = fashion_mnist.load_split(fashion_mnist.DEFAULT_SOURCE_DIR, 'test')
+  assert images.shape == (10_000, 28, 28, 1) and images.dtype == np.uint8
+  assert labels.shape == (10_000,) and set(np.unique(labels)) == set(range(10))
+  # The first test records of the official release: Ankle boot, Pullover, Trouser, Trouser.
+  np.testing.assert_array_equal(labels[:4], [9, 2, 1, 1])

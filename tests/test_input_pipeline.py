@@ -1,0 +1,200 @@
+"""Input pipeline: shapes, ranges, exact eval, resumability, processes, folders, errors (offline)."""
+
+import os
+from unittest import mock
+
+import jax
+import ml_collections
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+from PIL import Image
+
+from vit_jax import input_pipeline
+
+
+def make_config(**overrides) -> ml_collections.ConfigDict:
+  config = ml_collections.ConfigDict(dict(
+      dataset='cifar10', tfds_data_dir=None, tfds_manual_dir=None,
+      pp=dict(train='train', test='test', crop=16, train_aug='inception',
+              randaug=dict(num_layers=0, magnitude=10)),
+      mixup=0., batch=4, batch_eval=4, shuffle_buffer=100, seed=0, prefetch=1))
+  config.update(overrides)
+  return config
+
+
+@pytest.fixture
+def mock_cifar10():
+  with tfds.testing.mock_data(num_examples=10):
+    yield
+
+
+def take(iterator, n):
+  return [next(iterator) for _ in range(n)]
+
+
+def assert_batches_equal(a, b):
+  assert len(a) == len(b)
+  for x, y in zip(a, b):
+    assert x.keys() == y.keys()
+    for key in x:
+      np.testing.assert_array_equal(x[key], y[key])
+
+
+def write_image_folder(root, files_per_class=3, test_files=2):
+  """A tiny directory dataset: RGB JPEGs, grayscale PNGs and RGBA PNGs, plus one corrupt file."""
+  rng = np.random.default_rng(0)
+  for split, count in (('train', files_per_class), ('test', test_files)):
+    for c, mode in enumerate(('RGB', 'L', 'RGBA')):
+      folder = os.path.join(root, split, f'class{c}')
+      os.makedirs(folder)
+      for i in range(count):
+        shape = (12, 10) if mode == 'L' else (12, 10, len(mode))
+        image = Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8), mode)
+        image.save(os.path.join(folder, f'{i}.{"jpg" if mode == "RGB" else "png"}'))
+  with open(os.path.join(root, 'train', 'class0', 'corrupt.jpg'), 'wb') as f:
+    f.write(b'\xff\xd8\xff not really a jpeg')
+  with open(os.path.join(root, 'train', 'class0', 'notes.txt'), 'w') as f:
+    f.write('ignored: not an image extension')
+
+
+@pytest.mark.parametrize('train_aug', input_pipeline.TRAIN_AUGS)
+def test_train_batches(mock_cifar10, train_aug):
+  config = make_config(mixup=0.2 if train_aug == 'inception' else 0.)
+  config.pp.train_aug = train_aug
+  batch = next(input_pipeline.get_train_data(config))
+  assert batch['image'].shape == (4, 16, 16, 3) and batch['image'].dtype == np.float32
+  assert batch['label'].shape == (4, 10) and batch['label'].dtype == np.float32
+  assert -1. <= batch['image'].min() and batch['image'].max() <= 1.
+  np.testing.assert_allclose(batch['label'].sum(-1), 1., rtol=1e-6)
+
+
+def test_randaugment_keeps_shape_and_range(mock_cifar10):
+  config = make_config()
+  config.pp.randaug.num_layers = 3
+  batch = next(input_pipeline.get_train_data(config))
+  assert batch['image'].shape == (4, 16, 16, 3)
+  assert -1. <= batch['image'].min() and batch['image'].max() <= 1.
+
+
+def test_dataset_info(mock_cifar10):
+  info = input_pipeline.get_dataset_info(make_config())
+  assert (info.num_classes, info.num_train_examples, info.num_test_examples) == (10, 10, 10)
+  assert len(info.class_names) == 10
+
+
+def test_eval_is_exact(mock_cifar10):
+  eval_data = input_pipeline.get_eval_data(make_config())
+  batches = list(eval_data.batches())
+  assert eval_data.num_examples == 10 and eval_data.num_batches == 3 and len(batches) == 3
+  assert sum(b['mask'].sum() for b in batches) == 10
+  np.testing.assert_array_equal(batches[-1]['mask'], [1., 1., 0., 0.])
+  for b in batches:
+    assert b['image'].shape == (4, 16, 16, 3) and b['label'].shape == (4, 10)
+    assert b['mask'].dtype == np.float32
+    np.testing.assert_array_equal(b['label'].sum(-1), b['mask'])
+    assert -1. <= b['image'].min() and b['image'].max() <= 1.
+  assert len(list(eval_data.batches())) == 3  # A second, fresh pass.
+
+
+@pytest.mark.parametrize('mixup', [0., 0.5])
+def test_train_is_deterministic_and_resumable(mock_cifar10, mixup):
+  config = make_config(mixup=mixup, shuffle_buffer=7)
+  first = take(input_pipeline.get_train_data(config), 8)
+  assert_batches_equal(first, take(input_pipeline.get_train_data(config), 8))
+  assert_batches_equal(first[5:], take(input_pipeline.get_train_data(config, start_batch=5), 3))
+  other_seed = take(input_pipeline.get_train_data(make_config(mixup=mixup, seed=1)), 1)
+  assert not np.array_equal(first[0]['image'], other_seed[0]['image'])
+
+
+def test_directory_dataset(tmp_path, caplog):
+  write_image_folder(str(tmp_path))
+  config = make_config(dataset=str(tmp_path), batch=2, batch_eval=4)
+  config.pp.randaug.num_layers = 2
+  with caplog.at_level('WARNING'):
+    info = input_pipeline.get_dataset_info(config)
+  assert 'Skipped 1 of 10 image files' in caplog.text
+  assert info.class_names == ('class0', 'class1', 'class2')
+  assert (info.num_train_examples, info.num_test_examples) == (9, 6)
+  batch = next(input_pipeline.get_train_data(config))
+  assert batch['image'].shape == (2, 16, 16, 3) and batch['label'].shape == (2, 3)
+  assert -1. <= batch['image'].min() and batch['image'].max() <= 1.
+  batches = list(input_pipeline.get_eval_data(config).batches())
+  assert len(batches) == 2 and sum(b['mask'].sum() for b in batches) == 6
+  labels = np.concatenate([b['label'][b['mask'] > 0].argmax(-1) for b in batches])
+  np.testing.assert_array_equal(np.bincount(labels), [2, 2, 2])
+
+
+def test_two_processes_get_equal_batch_counts(tmp_path):
+  write_image_folder(str(tmp_path), test_files=3)  # 9 test images: shares of 5 and 4.
+  config = make_config(dataset=str(tmp_path), batch=4, batch_eval=4)  # Local eval batch 2.
+  per_process = []
+  for index in range(2):
+    with mock.patch.object(jax, 'process_count', return_value=2), \
+         mock.patch.object(jax, 'process_index', return_value=index):
+      eval_data = input_pipeline.get_eval_data(config)
+      batches = list(eval_data.batches())
+      per_process.append((eval_data.num_examples, len(batches),
+                          sum(b['mask'].sum() for b in batches)))
+      assert next(input_pipeline.get_train_data(config))['image'].shape == (2, 16, 16, 3)
+      assert input_pipeline.get_dataset_info(config).num_test_examples == 9
+  assert per_process == [(5, 3, 5.), (4, 3, 4.)]
+
+
+def test_two_processes_with_tfds(mock_cifar10):
+  config = make_config(batch=4, batch_eval=4)
+  for index in range(2):
+    with mock.patch.object(jax, 'process_count', return_value=2), \
+         mock.patch.object(jax, 'process_index', return_value=index):
+      assert next(input_pipeline.get_train_data(config))['image'].shape == (2, 16, 16, 3)
+      eval_data = input_pipeline.get_eval_data(config)
+      assert len(list(eval_data.batches())) == eval_data.num_batches
+
+
+@pytest.mark.parametrize('overrides, message', [
+    (dict(dataset='no_such_dataset_xyz'), 'Unknown dataset'),
+    (dict(dataset=''), 'config.dataset is empty'),
+    (dict(batch=3), 'config.batch=3 must be a positive multiple'),
+    (dict(batch_eval=0), 'config.batch_eval=0 must be a positive multiple'),
+    (dict(mixup=-1.), 'mixup must be >= 0'),
+    (dict(pp=dict(train='train', test='test', crop=16, train_aug='cutout')), 'train_aug'),
+    (dict(pp=dict(train='train', test='test', crop=0)), 'config.pp.crop'),
+])
+def test_config_errors(mock_cifar10, overrides, message):
+  config = make_config()
+  config.update(overrides)
+  with mock.patch.object(jax, 'process_count', return_value=2):
+    with pytest.raises(ValueError, match=message):
+      input_pipeline.get_dataset_info(config)
+      next(input_pipeline.get_train_data(config))
+      input_pipeline.get_eval_data(config)
+
+
+def test_bad_directory_layout(tmp_path):
+  (tmp_path / 'images').mkdir()
+  with pytest.raises(ValueError, match=r'expected .*/train/<class>/\*\.jpg'):
+    input_pipeline.get_dataset_info(make_config(dataset=str(tmp_path)))
+  (tmp_path / 'train' / 'cat').mkdir(parents=True)
+  Image.new('RGB', (4, 4)).save(tmp_path / 'train' / 'cat' / 'a.png')
+  with pytest.raises(ValueError, match='Missing .*test'):
+    input_pipeline.get_dataset_info(make_config(dataset=str(tmp_path)))
+  (tmp_path / 'test' / 'dog').mkdir(parents=True)
+  with pytest.raises(ValueError, match=r"class folders \['dog'\] that train/ lacks"):
+    input_pipeline.get_dataset_info(make_config(dataset=str(tmp_path)))
+
+
+def test_offline_tfds_fails_fast_with_advice(tmp_path):
+  """No mock: an unprepared dataset whose servers are unreachable → ValueError, no download."""
+  config = make_config(tfds_data_dir=str(tmp_path))
+  with mock.patch.object(input_pipeline, '_can_connect', return_value=False), \
+       mock.patch.object(tfds.core.DatasetBuilder, 'download_and_prepare') as download:
+    download.__module__ = 'tensorflow_datasets.core.dataset_builder'  # Looks unmocked.
+    with pytest.raises(ValueError, match='cannot be downloaded.*tfds_data_dir.*tfds_manual_dir'):
+      input_pipeline.get_dataset_info(config)
+  download.assert_not_called()
+
+
+def test_manual_dataset_needs_manual_dir(tmp_path):
+  config = make_config(dataset='imagenet2012', tfds_data_dir=str(tmp_path))
+  with pytest.raises(ValueError, match='tfds_manual_dir'):
+    input_pipeline.get_dataset_info(config)
