@@ -4,6 +4,8 @@ import os
 
 # Before any test module imports jax: tests never need an accelerator.
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+# As in Flax's examples/imagenet tests: small test programs, so compile time dominates.
+os.environ.setdefault('JAX_DISABLE_MOST_OPTIMIZATIONS', '1')
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

@@ -417,8 +417,8 @@ def test_remat_identical_logits_and_gradients():
     a, b = jax.jit(fn(plain))(params), jax.jit(fn(remat))(params)
     jax.tree.map(lambda u, v: np.testing.assert_allclose(u, v, rtol=1e-6, atol=1e-7), a, b)
   # Remat in train mode (dropout rng threading) still runs and matches with no dropout.
-  g = jax.grad(lambda p: jnp.sum(remat.apply({'params': p}, x, train=True,
-                                             rngs={'dropout': jax.random.key(1)})**2))(params)
+  g = jax.jit(jax.grad(lambda p: jnp.sum(remat.apply(
+      {'params': p}, x, train=True, rngs={'dropout': jax.random.key(1)})**2)))(params)
   assert jax.tree.structure(g) == jax.tree.structure(params)
 
 

@@ -6,6 +6,7 @@ numbering (LayerNorm_0, MultiHeadDotProductAttention_1, LayerNorm_2, MlpBlock_3)
 GroupNorm scale/bias are stored as (1, 1, 1, C).
 """
 
+import http.client
 import os
 import re
 import sys
@@ -82,7 +83,7 @@ def download(url: str, dest: str, *, progress: bool = True) -> str:
       raise CheckpointError(f'download of {url} stopped at {os.path.getsize(tmp)} of {total} '
                             'bytes; run again to retry.')
     os.replace(tmp, dest)
-  except (urllib.error.URLError, OSError) as e:
+  except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
     raise CheckpointError(
         f'Could not download {url} ({getattr(e, "reason", e)}). Without internet, copy the file '
         f'to {dest} or point the config at a local file (--config.pretrained_dir=DIR).') from None
@@ -114,6 +115,27 @@ def resolve(path: str, cache_dir: Optional[str] = None) -> str:
         f'Could not find checkpoint "{path}". Download it from {DEFAULT_PRETRAINED_DIR} (see '
         'checkpoints/README.md) or set --config.pretrained_dir to the folder that has it.')
   return path
+
+
+def check_available(path: str, cache_dir: Optional[str] = None) -> Optional[str]:
+  """None if `path` can be loaded (local, cached, or reachable remote), else why not.
+
+  A cheap pre-flight (a HEAD request for remote files) so a run can report every missing input
+  at once before spending time on data or compilation.
+  """
+  if not is_remote(path):
+    return None if os.path.isfile(path) else (
+        f'checkpoint "{path}" not found: download it from {DEFAULT_PRETRAINED_DIR} '
+        '(see checkpoints/README.md) or set --config.pretrained_path / --config.pretrained_dir')
+  if os.path.exists(cache_path(path, cache_dir)):
+    return None
+  try:
+    request = urllib.request.Request(_https_url(path), method='HEAD')
+    with urllib.request.urlopen(request, timeout=20):
+      return None
+  except (urllib.error.URLError, OSError) as e:
+    return (f'checkpoint {path} cannot be downloaded ({getattr(e, "reason", e)}): copy it to '
+            f'{cache_path(path, cache_dir)} or pass --config.pretrained_path=/local/file.npz')
 
 
 def read_npz(path: str) -> Dict[str, np.ndarray]:
@@ -198,7 +220,7 @@ def params_to_flat(params: Mapping[str, Any]) -> Dict[str, np.ndarray]:
     array = np.asarray(value)
     if len(parts) > 1 and _GROUPNORM.match(parts[-2]) and parts[-1] in ('scale', 'bias'):
       array = array.reshape(1, 1, 1, -1)
-    if array.dtype != np.float32 and np.issubdtype(array.dtype, np.floating):
+    if array.dtype != np.float32 and 'float' in array.dtype.name:  # incl. ml_dtypes bfloat16
       array = array.astype(np.float32)  # bf16 has no .npz dtype; published files are float32.
     out['/'.join(parts)] = array
   return out
