@@ -1,0 +1,85 @@
+"""Tests for vit_jax.flops: hand-checked counts, published references, and XLA's own count."""
+
+import pytest
+
+from vit_jax import flops
+from vit_jax import models
+
+
+def test_testing_preset_by_hand():
+  # 64px, patch 16 → 4x4 grid + class token = 17 tokens; hidden 10, mlp 10, 1 layer, 5 classes.
+  got = flops.count_flops(models.get_config('testing'), 64, num_classes=5)
+  n, d = 17, 10
+  assert got == {
+      'patch_embedding': 2 * 16 * (16 * 16 * 3) * d,
+      'qkv_out_projections': 4 * 2 * n * d * d,
+      'attention': 2 * 2 * n * n * d,
+      'mlp': 2 * 2 * n * d * 10,
+      'head': 2 * d * 5,
+      'total': sum([2 * 16 * 768 * d, 8 * n * d * d, 4 * n * n * d, 4 * n * d * 10, 2 * d * 5]),
+  }
+
+
+@pytest.mark.parametrize('name, gflops', [('ViT-Ti_16', 2.507), ('ViT-B_16', 35.13)])
+def test_reference_numbers(name, gflops):
+  got = flops.count_flops(models.get_config(name), 224, num_classes=0)['total']
+  assert got / 1e9 == pytest.approx(gflops, rel=5e-4)
+
+
+def test_hybrid_resnet_geometry():
+  # R50 (3, 4, 9) at 224: 14x14x1024 features, then 1x1 "patches" → the same 197 tokens as B/16.
+  resnet_flops, hw, channels = flops.resnet_flops(
+      models.get_config('R50+ViT-B_16').resnet, (224, 224))
+  assert (hw, channels) == ((14, 14), 1024)
+  assert 7.5e9 < resnet_flops < 8.2e9  # ~ ResNet-50's first three stages (4.1 GMAC in all).
+  got = flops.count_flops(models.get_config('R50+ViT-B_16'), 224)
+  vit = flops.count_flops(models.get_config('ViT-B_16'), 224)
+  assert got['attention'] == vit['attention'] and got['mlp'] == vit['mlp']
+  assert got['patch_embedding'] == 2 * 196 * 1024 * 768
+
+
+def test_unpooled_and_representation_heads():
+  config = models.get_config('testing-unpooled')
+  assert flops.count_flops(config, 32, num_classes=3)['head'] == 4 * 2 * 10 * 3  # Per token.
+  config = models.get_config('ViT-B_16')
+  config.representation_size = 768
+  assert flops.count_flops(config, 224, num_classes=2)['head'] == 2 * (768 * 768 + 768 * 2)
+
+
+def test_doubling_table():
+  rows = {r['change']: r for r in flops.scaling_table(models.get_config('ViT-B_16'), 224)}
+  assert rows['baseline']['attention_ratio'] == 1.
+  assert rows['hidden size ×2']['attention_ratio'] == pytest.approx(2.)
+  assert rows['depth ×2']['attention_ratio'] == pytest.approx(2.)
+  assert rows['depth ×2']['total_ratio'] == pytest.approx(2., rel=0.01)
+  assert rows['image side ×2']['attention_ratio'] == pytest.approx((785 / 197)**2)
+  assert rows['patch size ×2']['attention_ratio'] == pytest.approx((50 / 197)**2)
+
+
+@pytest.mark.parametrize('name', ['ViT-Ti_16', 'ViT-B_16', 'R50+ViT-B_16'])
+def test_matches_xla_cost_analysis(name):
+  # Nothing big is materialised: params and images are ShapeDtypeStructs. XLA also counts the
+  # element-wise ops (norms, softmax, GELU), so it is a little higher (~0.3-1.3%).
+  analytic = flops.count_flops(models.get_config(name), 224)['total']
+  xla = flops.xla_flops(name, 224)
+  assert xla == pytest.approx(analytic, rel=0.02)
+
+
+def test_cli(capsys):
+  assert flops.main(['flops', '--model=ViT-B_16', '--image=224']) == 0
+  out = capsys.readouterr().out
+  assert '35.1277 GFLOP' in out and 'image side ×2' in out and '15.88' in out
+  assert flops.main(['flops', '--model=R50+ViT-B_16', '--image_size=384']) == 0
+  assert 'resnet' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize('args, message', [
+    (['--model=ViT-Q'], 'Unknown model'),
+    (['--model=Mixer-B_16'], 'Mixer'),
+    (['--image=0'], 'positive'),
+    (['stray'], 'Unexpected arguments'),
+])
+def test_cli_errors(args, message, capsys):
+  assert flops.main(['flops', *args]) == 1
+  err = capsys.readouterr().err
+  assert err.startswith('flops: error:') and message in err
