@@ -274,7 +274,7 @@ def _prepared_builder(config: Any) -> tfds.core.DatasetBuilder:
   try:
     builder.download_and_prepare(
         download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
-  except Exception as e:  # pylint: disable=broad-except  # Network, checksum, disk errors.
+  except Exception as e:  # noqa: BLE001  # Network, checksum, disk errors: all mean offline.
     return _prepare_offline(config, builder, f'the download failed ({type(e).__name__}: '
                             f'{str(e).splitlines()[0] if str(e) else ""})', cause=e)
   return builder
@@ -310,7 +310,7 @@ def _download_hosts_reachable(builder: tfds.core.DatasetBuilder) -> bool:
     return True
   try:
     urls = list(builder.url_infos or ())
-  except Exception:  # pylint: disable=broad-except  # No or unreadable checksums file.
+  except Exception:  # noqa: BLE001  # No or unreadable checksums file.
     return True
   hosts = set()
   for url in urls:
@@ -351,7 +351,7 @@ def _directory_source(root: str) -> _Source:
   return _Source(class_names=classes, split=split)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _list_images(split_dir: str, classes: Tuple[str, ...]) -> Tuple[Tuple[str, ...],
                                                                      Tuple[int, ...]]:
   """Readable image files under split_dir/<class>/ and their labels; unreadable ones logged.

@@ -115,6 +115,6 @@ def randaugment(image: tf.Tensor, num_layers: int, magnitude: float,
     index = tf.random.stateless_uniform([], op_seed, 0, len(OPS), dtype=tf.int32)
     sign = tf.where(tf.random.stateless_uniform([], sign_seed) < 0.5, -1., 1.)
     level = sign * magnitude / MAX_MAGNITUDE
-    image = tf.switch_case(index, [lambda op=op: op(image, level) for op in OPS])
+    image = tf.switch_case(index, [lambda op=op, x=image, lv=level: op(x, lv) for op in OPS])
     image.set_shape([None, None, 3])
   return tf.clip_by_value(image, 0., 255.)
