@@ -7,10 +7,12 @@ import jax
 import ml_collections
 import numpy as np
 import pytest
+import tensorflow as tf
 import tensorflow_datasets as tfds
 from PIL import Image
 
 from vit_jax import input_pipeline
+from vit_jax import randaugment
 
 
 def make_config(**overrides) -> ml_collections.ConfigDict:
@@ -198,3 +200,12 @@ def test_manual_dataset_needs_manual_dir(tmp_path):
   config = make_config(dataset='imagenet2012', tfds_data_dir=str(tmp_path))
   with pytest.raises(ValueError, match='tfds_manual_dir'):
     input_pipeline.get_dataset_info(config)
+
+
+@pytest.mark.parametrize('op_index', range(len(randaugment.OPS)))
+def test_each_randaugment_op_keeps_shape_and_range(op_index):
+  image = tf.constant(np.random.default_rng(op_index).uniform(0, 255, (12, 10, 3)), tf.float32)
+  for level in (-1., 0.5):
+    out = randaugment.OPS[op_index](image, tf.constant(level))
+    assert out.shape == (12, 10, 3)
+    assert 0. <= float(tf.reduce_min(out)) and float(tf.reduce_max(out)) <= 255.
