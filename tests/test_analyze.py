@@ -19,7 +19,8 @@ def _random_attention(rng, b, h, n):
 def test_attention_rollout_math():
   rng = np.random.default_rng(0)
   a1, a2 = _random_attention(rng, 2, 3, 5), _random_attention(rng, 2, 3, 5)
-  step = lambda a: (a.mean(1) + np.eye(5)) / 2  # Rows of mean-attention sum to 1; +I → 2.  # noqa: E731
+  # Rows of the head-mean sum to 1, so adding I makes them sum to 2.
+  step = lambda a: (a.mean(1) + np.eye(5)) / 2  # noqa: E731
   np.testing.assert_allclose(analyze.attention_rollout([a1]), step(a1))
   rollout = analyze.attention_rollout([a1, a2])
   np.testing.assert_allclose(rollout, step(a2) @ step(a1))

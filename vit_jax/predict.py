@@ -74,7 +74,8 @@ def list_images(paths: Sequence[str]) -> List[str]:
       inside = sorted(os.path.join(root, name) for root, _, names in os.walk(path)
                       for name in names if name.lower().endswith(features.IMAGE_EXTENSIONS))
       if not inside:
-        raise ValueError(f'Folder "{path}" has no image files ({", ".join(features.IMAGE_EXTENSIONS)}).')
+        raise ValueError(f'Folder "{path}" has no image files '
+                         f'({", ".join(features.IMAGE_EXTENSIONS)}).')
       found.extend(inside)
     elif os.path.isfile(path):
       found.append(path)
