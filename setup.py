@@ -11,6 +11,7 @@ INSTALL_REQUIRES = [
     'clu>=0.0.12',
     'etils[epath]>=1.7',
     'flax>=0.12.8',
+    'importlib_resources>=6.0',  # tensorflow-datasets needs it to prepare data; undeclared.
     'jax>=0.10.2',
     'matplotlib>=3.8',
     'ml-collections>=1.1.0',

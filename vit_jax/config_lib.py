@@ -4,6 +4,7 @@ Every field has a one-line comment; experiment files only change what differs.
 """
 
 import ml_collections
+from ml_collections import config_dict
 
 from vit_jax import checkpoint
 from vit_jax import models
@@ -37,8 +38,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.seed = 0  # Init, data order, augmentation and dropout all derive from it.
   c.model = None  # A model ConfigDict; see with_model().
   c.dataset = ''  # A TFDS name or a directory with {train,test}/<class>/*.jpg.
-  c.tfds_data_dir = None  # TFDS data_dir (None: TFDS default, ~/tensorflow_datasets).
-  c.tfds_manual_dir = None  # TFDS manual_dir for datasets that need a manual download.
+  c.tfds_data_dir = config_dict.placeholder(str)  # TFDS data_dir (None: TFDS default).
+  c.tfds_manual_dir = config_dict.placeholder(str)  # For datasets that need a manual download.
+  c.data_sharding = 'split'  # 'split': each process reads its share; 'stream': see input_pipeline.
   c.pp = ml_collections.ConfigDict()
   c.pp.train = 'train'  # Train split (TFDS slicing syntax).
   c.pp.test = 'test'  # Evaluation split; evaluated completely (last batch padded + masked).
@@ -100,3 +102,16 @@ def finetune_config(model: str, dataset: str, **overrides) -> ml_collections.Con
   config = with_dataset(with_model(get_config(), model), dataset)
   config.update(overrides)
   return config.lock()
+
+
+def small_vit(name: str, *, patch: int, hidden: int, layers: int, mlp: int, heads: int,
+              dropout: float = 0.) -> ml_collections.ConfigDict:
+  """A ViT ConfigDict outside the official presets (e.g. for 28x28 Fashion-MNIST)."""
+  model = ml_collections.ConfigDict(dict(
+      model_name=name, patches=ml_collections.ConfigDict({'size': (patch, patch)}),
+      hidden_size=hidden, classifier='token', representation_size=None,
+      transformer=ml_collections.ConfigDict(dict(
+          num_layers=layers, mlp_dim=mlp, num_heads=heads, dropout_rate=dropout,
+          attention_dropout_rate=0.))))
+  model.update(VIT_EXTRAS)
+  return model

@@ -79,17 +79,19 @@ class _Split:
   """This process's share of one split, with images still encoded (or still file paths)."""
   make: Callable[[], tf.data.Dataset]  # Elements {'image': tf.string, 'label': tf.int64}.
   read: Callable[[tf.Tensor], tf.Tensor]  # The 'image' string → encoded image bytes.
-  shares: Tuple[int, ...]  # Examples of each process; this one's is shares[process_index].
+  shares: Tuple[int, ...]  # Examples of each share; this process reads shares[index].
+  index: int = 0
 
   @property
   def num_examples(self) -> int:
-    return self.shares[jax.process_index()]
+    return self.shares[self.index]
 
 
 @dataclasses.dataclass(frozen=True)
 class _Source:
   class_names: Tuple[str, ...]
-  split: Callable[[str], _Split]  # A split name as in `config.pp.*` → this process's share.
+  # (split name as in `config.pp.*`, per_process) → this process's share, or the whole split.
+  split: Callable[..., _Split]
 
 
 def get_dataset_info(config: Any) -> DatasetInfo:
@@ -117,18 +119,26 @@ def get_train_data(config: Any, *, start_batch: int = 0) -> Iterator[Batch]:
   if start_batch < 0:
     raise ValueError(f'start_batch must be >= 0, got {start_batch}.')
   source = _open(config)
-  split = source.split(config.pp.train)
+  stream = _sharding(config) == 'stream'
+  split = source.split(config.pp.train, per_process=not stream)
   local_batch = _local_batch(config.batch, 'batch')
   if split.num_examples == 0:
     raise ValueError(f'Train split {config.pp.train!r} has no examples here; check config.pp.train.')
   augment = _make_train_preprocess(config, split.read, len(source.class_names))
-  base_seed = _process_seed(config)
+  base_seed = _process_seed(config, shared=stream)
   example_seed = tf.random.experimental.stateless_fold_in(base_seed, 0)
   buffer = max(1, min(int(config.get('shuffle_buffer', 50_000)), split.num_examples))
   # Repeat before shuffle (as the official pipeline): one shuffle spans epoch boundaries, so
   # the whole stream is a function of the seed and the position in it.
   ds = split.make().repeat().shuffle(buffer, seed=int(config.get('seed', 0)))
-  ds = ds.enumerate().skip(start_batch * local_batch)
+  if stream:
+    # Every process walks the same shuffled stream and keeps its slice of each global batch:
+    # the global batches, and so training, do not depend on the number of processes.
+    count, index = jax.process_count(), jax.process_index()
+    ds = ds.enumerate().skip(start_batch * local_batch * count)
+    ds = ds.filter(lambda position, _: (position // local_batch) % count == index)
+  else:
+    ds = ds.enumerate().skip(start_batch * local_batch)
   ds = ds.map(lambda index, example: augment(
       example, tf.random.experimental.stateless_fold_in(example_seed, index)),
               num_parallel_calls=tf.data.AUTOTUNE)
@@ -203,9 +213,28 @@ def _crop(config: Any) -> int:
   return crop
 
 
-def _process_seed(config: Any) -> tf.Tensor:
-  """A stateless seed per (config.seed, process), so processes augment independently."""
-  return tf.constant([int(config.get('seed', 0)), jax.process_index()], tf.int64)
+def _process_seed(config: Any, shared: bool = False) -> tf.Tensor:
+  """A stateless seed per (config.seed, process), so processes augment independently.
+
+  With `shared` (the 'stream' sharding) positions are global, so one seed serves all processes.
+  """
+  process = 0 if shared else jax.process_index()
+  return tf.constant([int(config.get('seed', 0)), process], tf.int64)
+
+
+DATA_SHARDINGS = ('split', 'stream')
+
+
+def _sharding(config: Any) -> str:
+  """'split': each process reads only its share of the files (scales to pods; the default).
+
+  'stream': each process reads the whole shuffled stream and keeps its slice of each global
+  batch: results identical for any number of processes (costs reading everything everywhere).
+  """
+  mode = config.get('data_sharding', 'split')
+  if mode not in DATA_SHARDINGS:
+    raise ValueError(f'config.data_sharding={mode!r} is unknown; use one of {DATA_SHARDINGS}.')
+  return mode
 
 
 def _tfds_source(config: Any) -> _Source:
@@ -218,13 +247,13 @@ def _tfds_source(config: Any) -> _Source:
     raise ValueError(f'TFDS dataset {config.dataset!r} has no image + class label features; '
                      'use an image classification dataset.')
 
-  def split(name: str) -> _Split:
-    specs = _tfds_process_splits(name)
-    index = jax.process_index()
+  def split(name: str, per_process: bool = True) -> _Split:
+    specs = _tfds_process_splits(name) if per_process else [name]
+    index = jax.process_index() if per_process else 0
     return _Split(
         make=lambda: _tfds_dataset(builder, specs[index], name),
         read=lambda image: image,
-        shares=tuple(_count(_tfds_dataset(builder, s, name)) for s in specs))
+        shares=tuple(_count(_tfds_dataset(builder, s, name)) for s in specs), index=index)
 
   return _Source(class_names=tuple(features['label'].names), split=split)
 
@@ -337,16 +366,16 @@ def _directory_source(root: str) -> _Source:
     raise ValueError(f'{root} is not an image dataset: expected {root}/train/<class>/*.jpg '
                      f'(or .jpeg/.png) and {root}/test/<class>/*.jpg, one folder per class.')
 
-  def split(name: str) -> _Split:
+  def split(name: str, per_process: bool = True) -> _Split:
     paths, labels = _list_images(os.path.join(root, name), classes)
-    index, count = jax.process_index(), jax.process_count()
+    index, count = (jax.process_index(), jax.process_count()) if per_process else (0, 1)
     # Strided shares keep every class on every process (files are listed class by class).
     return _Split(
         make=lambda: tf.data.Dataset.from_tensor_slices(
             {'image': list(paths[index::count]), 'label': np.array(labels[index::count],
                                                                     np.int64)}),
         read=tf.io.read_file,
-        shares=tuple(len(paths[i::count]) for i in range(count)))
+        shares=tuple(len(paths[i::count]) for i in range(count)), index=index)
 
   return _Source(class_names=classes, split=split)
 

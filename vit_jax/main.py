@@ -38,8 +38,19 @@ def add_file_logger(workdir: str) -> str:
   path = os.path.join(workdir, 'train.log')
   handler = python_logging.FileHandler(path, mode='a')
   handler.setFormatter(logging.PythonFormatter())
+  handler.addFilter(QuietLibraries())
   python_logging.getLogger().addHandler(handler)
   return path
+
+
+class QuietLibraries(python_logging.Filter):
+  """Drops INFO chatter of orbax and TFDS (dozens of lines per checkpoint); keeps warnings."""
+
+  NOISY = (f'{os.sep}orbax{os.sep}', f'{os.sep}tensorflow_datasets{os.sep}')
+
+  def filter(self, record: python_logging.LogRecord) -> bool:
+    return record.levelno >= python_logging.WARNING or not any(
+        part in record.pathname for part in self.NOISY)
 
 
 def main(argv):
@@ -50,6 +61,8 @@ def main(argv):
   parallel.maybe_initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value,
                                         _PROCESS_ID.value)
   import jax
+  for handler in python_logging.getLogger().handlers:
+    handler.addFilter(QuietLibraries())
   workdir = _WORKDIR.value or default_workdir()
   log_path = add_file_logger(workdir) if jax.process_index() == 0 else None
   config = flags.FLAGS.config

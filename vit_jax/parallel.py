@@ -64,7 +64,7 @@ def check_batch_size(global_batch: int, mesh: Mesh, accum_steps: int = 1,
                      name: str = 'batch') -> None:
   """Global batch must split evenly into devices × accumulation steps (and processes)."""
   parts = mesh.devices.size * max(accum_steps, 1)
-  if global_batch % parts or global_batch % jax.process_count():
+  if global_batch <= 0 or global_batch % parts or global_batch % jax.process_count():
     raise ValueError(
         f'{name}={global_batch} is not divisible by {mesh.devices.size} devices x '
         f'{max(accum_steps, 1)} accum_steps (= {parts}); choose a multiple of {parts}.')

@@ -177,14 +177,41 @@ class Trainer:
   info: Any
 
 
-def build_trainer(config: Any) -> Trainer:
+def preflight(config: Any, *, needs_pretrained: bool) -> Any:
+  """Checks the dataset and the pretrained checkpoint together; one error names all missing."""
+  problems, info = [], None
+  try:
+    info = input_pipeline.get_dataset_info(config)
+  except ValueError as e:
+    problems.append(str(e).strip().rstrip('.'))
+  path = pretrained_path(config) if needs_pretrained else None
+  if path:
+    problem = checkpoint.check_available(path)
+    if problem:
+      problems.append(problem)
+  if problems:
+    raise ValueError('Missing inputs: ' + '; AND '.join(problems) + '.')
+  return info
+
+
+def _warmup_steps(config: Any, steps: int) -> int:
+  warmup = config.get('warmup_steps', 0)
+  if warmup >= steps:
+    logging.warning('warmup_steps=%d >= total steps %d: using %d (short run).', warmup, steps,
+                    steps // 10)
+    return steps // 10
+  return warmup
+
+
+def build_trainer(config: Any, *, needs_pretrained: bool = True) -> Trainer:
+  """Validates the config and inputs, then builds model, schedule, optimizer and mesh."""
   mesh = parallel.make_mesh()
   validate_config(config, mesh)
-  info = input_pipeline.get_dataset_info(config)
+  info = preflight(config, needs_pretrained=needs_pretrained)
   steps = total_steps(config, info.num_train_examples)
   schedule = optim.learning_rate_schedule(
       total_steps=steps, base_lr=config.base_lr, decay_type=config.get('decay_type', 'cosine'),
-      warmup_steps=config.get('warmup_steps', 0), linear_end=config.get('linear_end', 1e-5))
+      warmup_steps=_warmup_steps(config, steps), linear_end=config.get('linear_end', 1e-5))
   model = models.get_model(config.model, num_classes=info.num_classes)
   grid = models.token_grid(config.model, (config.pp.crop, config.pp.crop))
   return Trainer(config, model, optim.make_optimizer(config, schedule), schedule, mesh, steps,
@@ -343,9 +370,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   Writes TensorBoard events, `metrics.jsonl` + `curves.png`, orbax checkpoints under
   `workdir/checkpoints` and the final `workdir/params.npz`.
   """
-  trainer = build_trainer(config)
-  os.makedirs(workdir, exist_ok=True)
   manager = make_checkpoint_manager(workdir, config)
+  trainer = build_trainer(config, needs_pretrained=manager.latest_step() is None)
   state = restore_or_init(trainer, manager)
   start = int(parallel.to_host(state['step']))
   logging.info('Model %s, %d classes, %d steps of batch %d; starting at step %d.',
@@ -356,9 +382,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
                          os.path.join(workdir, 'metrics.jsonl'))
   eval_data = input_pipeline.get_eval_data(config)
   eval_step = make_eval_step(trainer.model, trainer.mesh)
-  result = _train_loop(trainer, state, start, manager, progress, eval_step, eval_data, workdir)
-  writer.flush()
-  return result
+  try:
+    return _train_loop(trainer, state, start, manager, progress, eval_step, eval_data, workdir)
+  finally:
+    writer.flush()
+    manager.wait_until_finished()  # Never leave a half-written checkpoint behind.
+    manager.close()
 
 
 def _train_loop(trainer: Trainer, state: State, start: int, manager: ocp.CheckpointManager,

@@ -1,0 +1,22 @@
+r"""Measures inference throughput (images/s/core) of a preset, like the official trainer.
+
+Command:
+  python -m vit_jax.main --config=configs/inference_time.py --workdir=runs/infer \
+      --config.model_name=ViT-B_16 --config.batch=8 --config.image_size=224
+Expected on this project's 2-core CPU machine: ~3-4 img/s/core for ViT-B/16 at 224px
+(see README performance table); the official README lists GPU/TPU figures.
+"""
+
+import ml_collections
+
+
+def get_config():
+  config = ml_collections.ConfigDict()
+  config.trainer = 'inference_time'  # Selects vit_jax.inference_time in vit_jax.main.
+  config.model_name = 'ViT-B_32'  # Any preset in vit_jax.models.MODEL_CONFIGS.
+  config.batch = 64  # Global batch over all devices.
+  config.num_classes = 1000  # Head size.
+  config.image_size = 224  # Square input side.
+  config.steps = 30  # Timed steps.
+  config.initial_steps = 10  # Untimed warm-up steps after compilation.
+  return config.lock()

@@ -1,0 +1,217 @@
+"""Train loop: fine-tune from npz, pretrain, accumulation, exact resume, exact eval, errors."""
+
+import glob
+import os
+import signal
+from unittest import mock
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+
+from vit_jax import checkpoint
+from vit_jax import config_lib
+from vit_jax import models
+from vit_jax import optim
+from vit_jax import parallel
+from vit_jax import train
+
+
+def make_config(**overrides) -> ml_collections.ConfigDict:
+  """The `testing` preset (hidden 10, 1 layer) on mock CIFAR-10 at 32px: seconds per run."""
+  config = config_lib.with_model(config_lib.get_config(), 'testing')
+  config.model.transformer.dropout_rate = 0.
+  config.dataset = 'cifar10'
+  config.pp.update(dict(train='train', test='test', crop=32, train_aug='flip'))
+  config.update(dict(
+      pretrained_dir='', total_steps=6, batch=4, batch_eval=4, accum_steps=1, warmup_steps=1,
+      base_lr=0.1, optim_dtype='float32', shuffle_buffer=16, progress_every=2, eval_every=3,
+      checkpoint_every=2, prefetch=1))
+  config.update(overrides)
+  return config
+
+
+@pytest.fixture
+def mock_cifar10():
+  with tfds.testing.mock_data(num_examples=10):
+    yield
+
+
+def final_params(workdir):
+  return checkpoint.load(os.path.join(workdir, 'params.npz'))
+
+
+def assert_trees_close(a, b, atol=1e-6):
+  flat_a, flat_b = checkpoint.flatten(a), checkpoint.flatten(b)
+  assert flat_a.keys() == flat_b.keys()
+  for key in flat_a:
+    np.testing.assert_allclose(flat_a[key], flat_b[key], atol=atol, err_msg=key)
+
+
+def write_pretrained_npz(path, crop=16, representation_size=None):
+  """A `testing` checkpoint at a lower resolution than the fine-tuning run (posemb resize)."""
+  model = models.get_model('testing', num_classes=21843, representation_size=representation_size)
+  params = model.init(jax.random.key(1), jnp.zeros((1, crop, crop, 3)), train=False)['params']
+  checkpoint.save(jax.tree.map(lambda x: x + 0.01, params), path)
+  return path
+
+
+def test_finetune_from_npz_writes_events_and_params(tmp_path, mock_cifar10):
+  npz = write_pretrained_npz(str(tmp_path / 'pre.npz'), representation_size=10)
+  workdir = str(tmp_path / 'run')
+  result = train.train_and_evaluate(make_config(pretrained_path=npz), workdir)
+  assert result['step'] == 6 and result['num_examples'] == 10
+  params = final_params(workdir)
+  assert 'pre_logits' not in params  # representation_size=None drops it, as official.
+  assert params['Transformer']['posembed_input']['pos_embedding'].shape == (1, 5, 10)
+  assert glob.glob(os.path.join(workdir, 'events.out.tfevents.*'))
+  assert os.path.exists(os.path.join(workdir, 'curves.png'))
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    keys = set().union(*(eval(line.replace('NaN', 'None')).keys() for line in f))
+  assert {'train_loss', 'accuracy_test', 'lr', 'img_sec_core_train'} <= keys
+
+
+def test_pretraining_loss_falls_on_a_fixed_batch():
+  config = make_config(optim='adamw', base_lr=1e-2, weight_decay=0.1, grad_norm_clip=1.)
+  model = models.get_model(config.model, num_classes=4)
+  schedule = optim.learning_rate_schedule(total_steps=30, base_lr=1e-2, decay_type='linear',
+                                          warmup_steps=3)
+  tx = optim.make_optimizer(config, schedule)
+  mesh = parallel.make_mesh()
+  rng = np.random.default_rng(0)
+  batch = parallel.put_batch({
+      'image': rng.uniform(-1, 1, (8, 32, 32, 3)).astype(np.float32),
+      'label': np.eye(4, dtype=np.float32)[rng.integers(0, 4, 8)]}, mesh)
+  params = model.init(jax.random.key(0), jnp.zeros((1, 32, 32, 3)), train=False)['params']
+  state = parallel.put_replicated({'params': params, 'opt_state': tx.init(params),
+                                   'step': jnp.zeros((), jnp.int32),
+                                   'rng': jax.random.key_data(jax.random.key(0))}, mesh)
+  step = train.make_train_step(model, tx, config, mesh)
+  losses = []
+  for _ in range(30):
+    state, metrics = step(state, batch)
+    losses.append(float(metrics['loss']))
+  assert all(np.isfinite(losses))
+  assert losses[-1] < 0.5 * losses[0]
+
+
+def test_pretrain_then_finetune_chain(tmp_path, mock_cifar10):
+  config = ml_collections.ConfigDict()
+  config.trainer = 'pretrain_then_finetune'
+  config.pretrain = make_config(optim='adamw', base_lr=1e-3, pp=dict(crop=16))
+  config.finetune = make_config(total_steps=2, pp=dict(crop=32))
+  result = train.get_trainer(config.trainer)(config, str(tmp_path))
+  assert result['finetune']['num_examples'] == 10
+  pre = final_params(str(tmp_path / 'pretrain'))
+  fine = final_params(str(tmp_path / 'finetune'))
+  assert pre['Transformer']['posembed_input']['pos_embedding'].shape == (1, 2, 10)
+  assert fine['Transformer']['posembed_input']['pos_embedding'].shape == (1, 5, 10)
+
+
+def test_accumulation_equals_full_batch_gradient():
+  model = models.get_model('testing', num_classes=5)
+  rng = np.random.default_rng(0)
+  images = jnp.asarray(rng.uniform(-1, 1, (8, 32, 32, 3)), jnp.float32)
+  labels = jax.nn.one_hot(rng.integers(0, 5, 8), 5)
+  params = model.init(jax.random.key(0), images[:1], train=False)['params']
+  params = jax.tree.map(lambda x: x + 0.05, params)
+
+  def loss_fn(p, x, y, key):
+    return train.compute_loss(model.apply({'params': p}, x, train=False), y).mean()
+
+  full = train.accumulate_gradient(loss_fn, params, images, labels, jax.random.key(0), 1)
+  accum = train.accumulate_gradient(loss_fn, params, images, labels, jax.random.key(0), 4)
+  np.testing.assert_allclose(full[0], accum[0], rtol=1e-6)
+  for g_full, g_acc in zip(jax.tree.leaves(full[1]), jax.tree.leaves(accum[1])):
+    np.testing.assert_allclose(g_full, g_acc, atol=1e-6)
+
+
+def test_split_microbatches_is_strided():
+  x = jnp.arange(8)
+  np.testing.assert_array_equal(train.split_microbatches(x, 4), [[0, 4], [1, 5], [2, 6], [3, 7]])
+
+
+def crash_at(step_to_crash):
+  """Wraps make_train_step so the run dies (like a kill) before running `step_to_crash`."""
+  real = train.make_train_step
+
+  def factory(*args, **kwargs):
+    step_fn = real(*args, **kwargs)
+
+    def wrapped(state, batch):
+      if int(state['step']) + 1 == step_to_crash:
+        raise KeyboardInterrupt('simulated kill')
+      return step_fn(state, batch)
+    return wrapped
+  return mock.patch.object(train, 'make_train_step', factory)
+
+
+def test_killed_run_resumes_to_identical_params(tmp_path, mock_cifar10):
+  config = make_config(total_steps=6, checkpoint_every=2, eval_every=0)
+  train.train_and_evaluate(config, str(tmp_path / 'straight'))
+  workdir = str(tmp_path / 'killed')
+  with crash_at(6), pytest.raises(KeyboardInterrupt):
+    train.train_and_evaluate(config, workdir)
+  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2', '4']
+  result = train.train_and_evaluate(config, workdir)  # Continues at step 4.
+  assert result['step'] == 6
+  assert_trees_close(final_params(workdir), final_params(str(tmp_path / 'straight')))
+
+
+def test_sigterm_saves_and_rerun_resumes(tmp_path, mock_cifar10):
+  config = make_config(total_steps=6, checkpoint_every=100, eval_every=0)
+  real = train.make_train_step
+
+  def factory(*args, **kwargs):
+    step_fn = real(*args, **kwargs)
+
+    def wrapped(state, batch):
+      if int(state['step']) == 2:
+        os.kill(os.getpid(), signal.SIGTERM)
+      return step_fn(state, batch)
+    return wrapped
+
+  workdir = str(tmp_path / 'run')
+  with mock.patch.object(train, 'make_train_step', factory):
+    result = train.train_and_evaluate(config, workdir)
+  assert result['stopped_at'] == 3
+  assert os.listdir(os.path.join(workdir, 'checkpoints')) == ['3']
+  assert not os.path.exists(os.path.join(workdir, 'params.npz'))
+  assert train.train_and_evaluate(config, workdir)['step'] == 6
+
+
+def test_exact_eval_counts_every_example(tmp_path, mock_cifar10):
+  result = train.train_and_evaluate(make_config(total_steps=1, batch_eval=4),
+                                    str(tmp_path / 'run'))
+  assert result['num_examples'] == 10  # 3 batches of 4, the last padded and masked.
+  assert 0. <= result['accuracy'] <= 1. and result['accuracy'] * 10 == round(result['accuracy'] * 10)
+
+
+def test_non_finite_loss_stops_with_step_range_and_keeps_checkpoint(tmp_path, mock_cifar10):
+  config = make_config(total_steps=8, checkpoint_every=2, progress_every=2, optim='adamw',
+                       grad_norm_clip=0., base_lr=1e38, warmup_steps=0, eval_every=0)
+  workdir = str(tmp_path / 'run')
+  with pytest.raises(train.NonFiniteLossError, match=r'between steps \d+ and \d+'):
+    train.train_and_evaluate(config, workdir)
+  assert not os.path.exists(os.path.join(workdir, 'params.npz'))
+
+
+@pytest.mark.parametrize('overrides,message', [
+    (dict(batch=6, accum_steps=4), 'not divisible'),
+    (dict(batch_eval=0), 'batch_eval'),
+    (dict(pp=dict(crop=30)), 'not divisible by the patch size'),
+    (dict(loss='hinge'), 'Unknown loss'),
+    (dict(optim='lamb'), 'Unknown optim'),
+    (dict(pretrained_path='/nonexistent/ViT-B_16.npz'), 'not found'),
+])
+def test_bad_config_is_a_clear_error(tmp_path, mock_cifar10, overrides, message):
+  with pytest.raises(ValueError, match=message):
+    train.train_and_evaluate(make_config(**overrides), str(tmp_path / 'run'))
+
+
+def test_unknown_trainer():
+  with pytest.raises(ValueError, match='Unknown trainer'):
+    train.get_trainer('nope')
