@@ -3,6 +3,7 @@
 import http.client
 import io
 import os
+import pathlib
 import urllib.request
 
 import jax
@@ -271,9 +272,8 @@ def test_missing_file(tmp_path):
 
 def test_truncated_npz(tmp_path):
   path, _ = _pretrained(tmp_path)
-  data = open(path, 'rb').read()
-  with open(path, 'wb') as f:
-    f.write(data[:len(data) // 2])
+  data = pathlib.Path(path).read_bytes()
+  pathlib.Path(path).write_bytes(data[:len(data) // 2])
   with pytest.raises(CheckpointError, match='truncated or corrupt'):
     checkpoint.load(path)
 
@@ -355,7 +355,7 @@ class FakeResponse:
 def fake_remote(monkeypatch, tmp_path):
   """Serves one real .npz for any URL; records the URLs asked for. No network."""
   source, params = _pretrained(tmp_path, name='served.npz')
-  data = open(source, 'rb').read()
+  data = pathlib.Path(source).read_bytes()
   calls = []
   behaviour = {}
 
