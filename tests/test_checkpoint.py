@@ -40,7 +40,7 @@ def init(model, size, seed=0):
 
 
 def logits(model, params, x):
-  return np.asarray(model.apply({'params': params}, x, train=False))
+  return np.asarray(jax.jit(lambda p, x: model.apply({'params': p}, x, train=False))(params, x))
 
 
 def flat_shapes(params):
