@@ -8,6 +8,9 @@ os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 os.environ.setdefault('JAX_DISABLE_MOST_OPTIMIZATIONS', '1')
 
 import jax  # noqa: E402
+
+# Multi-device code paths everywhere: 4 CPU devices (tests/test_distributed.py relies on it).
+jax.config.update('jax_num_cpu_devices', 4)
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
@@ -22,3 +25,7 @@ def rng():
 def np_rng():
   """A seeded NumPy generator."""
   return np.random.default_rng(0)
+
+
+def pytest_configure(config):
+  config.addinivalue_line('markers', 'slow: launches subprocesses (multi-process training)')

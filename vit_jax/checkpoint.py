@@ -141,9 +141,10 @@ def check_available(path: str, cache_dir: Optional[str] = None) -> Optional[str]
 def read_npz(path: str) -> Dict[str, np.ndarray]:
   """Flat {name: array} of an .npz file, never unpickling; clear errors for broken files."""
   try:
-    with np.load(path, allow_pickle=False) as archive:
-      if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise CheckpointError(f'{path} is a single .npy array, not an .npz checkpoint.')
+    archive = np.load(path, allow_pickle=False)
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+      raise CheckpointError(f'{path} is a single .npy array, not an .npz checkpoint.')
+    with archive:
       return {name: archive[name] for name in archive.files}
   except (zipfile.BadZipFile, EOFError, OSError, ValueError) as e:
     if isinstance(e, CheckpointError):
@@ -292,7 +293,7 @@ def resize_posemb(posemb: np.ndarray, new_grid: Sequence[int], *, num_prefix_tok
 
 def load_pretrained(*, pretrained_path: str, init_params: Mapping[str, Any], model_config: Any,
                     grid_shape: Optional[Sequence[int]] = None,
-                    cache_dir: Optional[str] = None) -> Params:
+                    cache_dir: Optional[str] = None, keep_head: bool = False) -> Params:
   """Adapts a pretrained checkpoint for fine-tuning (official semantics).
 
   The head comes from `init_params` (new task); `representation_size=None` drops `pre_logits`;
@@ -305,6 +306,8 @@ def load_pretrained(*, pretrained_path: str, init_params: Mapping[str, Any], mod
     model_config: the model's ConfigDict/dict (classifier, representation_size).
     grid_shape: (rows, cols) token grid of the fine-tuning model; needed for non-square inputs.
     cache_dir: where remote files are cached (default: `checkpoints/`).
+    keep_head: keep the checkpoint's head (same label set, e.g. fine-tuning at a higher
+      resolution on the pretraining dataset); by default it is replaced, as officially.
 
   Returns:
     A param tree shaped like `init_params`.
@@ -316,9 +319,14 @@ def load_pretrained(*, pretrained_path: str, init_params: Mapping[str, Any], mod
   elif 'pre_logits' in init_params and 'pre_logits' not in restored:
     logging.warning('load_pretrained: %s has no pre_logits; using a fresh one.', pretrained_path)
     restored['pre_logits'] = init_params['pre_logits']
-  restored.pop('head', None)
+  head = restored.pop('head', None)
   if 'head' in init_params:
-    restored['head'] = init_params['head']
+    fits = head is not None and all(
+        np.shape(head.get(k)) == np.shape(v) for k, v in init_params['head'].items())
+    if keep_head and not fits:
+      raise CheckpointError(f'keep_head: the head of {pretrained_path} does not fit the model '
+                            '(another number of classes); set keep_head=False for a new head.')
+    restored['head'] = head if keep_head else init_params['head']
   _resize_posemb_to(restored, init_params, model_config, grid_shape)
   check_tree(restored, init_params, pretrained_path)
   return _cast_like(restored, init_params)
@@ -333,7 +341,11 @@ def _resize_posemb_to(restored: Params, init_params: Mapping[str, Any], model_co
     return
   if old.shape == new.shape:
     return
-  num_prefix = 1 if model_config.get('classifier', 'token') in ('token', 'token_unpooled') else 0
+  # Class-token rows: the checkpoint has one iff it has `cls`; a mismatch with the model (gap vs
+  # token) is left for check_tree to report by name.
+  num_prefix = 1 if 'cls' in restored else 0
+  if num_prefix != (1 if 'cls' in init_params else 0):
+    return
   new_grid = grid_shape or _square_grid(new.shape[1] - num_prefix, 'the model')
   restored['Transformer']['posembed_input']['pos_embedding'] = resize_posemb(
       old, new_grid, num_prefix_tokens=num_prefix)

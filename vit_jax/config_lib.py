@@ -46,11 +46,13 @@ def get_config() -> ml_collections.ConfigDict:
   c.pp.test = 'test'  # Evaluation split; evaluated completely (last batch padded + masked).
   c.pp.crop = 384  # Input resolution (square); a multiple of the patch size.
   c.pp.train_aug = 'inception'  # 'inception' (crop 5-100% + flip), 'pad_flip', 'flip', 'none'.
+  c.pp.area_min = 0.05  # Smallest crop area of the 'inception' crop (official: 5%).
   c.pp.randaug = ml_collections.ConfigDict(dict(num_layers=0, magnitude=10))  # 0 layers = off.
   c.mixup = 0.  # Mixup alpha; 0 = off (official fine-tuning).
   c.pretrained_dir = checkpoint.DEFAULT_PRETRAINED_DIR  # Folder/bucket of <model_name>.npz.
   c.pretrained_path = ''  # Explicit .npz (local, gs:// or https://); wins over pretrained_dir.
   c.model_or_filename = ''  # AugReg file name (without .npz) instead of the model name.
+  c.keep_head = False  # Keep the checkpoint's head (same classes); official: a new zero head.
   c.total_steps = 0  # Training steps; 0 = use num_epochs.
   c.num_epochs = 0.  # Epochs over pp.train, used when total_steps is 0.
   c.optim = 'sgd'  # 'sgd' (momentum 0.9, fine-tuning) or 'adamw' (pretraining).

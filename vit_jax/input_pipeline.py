@@ -451,6 +451,9 @@ def _make_train_preprocess(config: Any, read: Callable[[tf.Tensor], tf.Tensor],
   """Returns preprocess(example, seed) for training, with config validated once."""
   crop = _crop(config)
   aug = config.pp.get('train_aug', 'inception')
+  area_min = float(config.pp.get('area_min', 0.05))
+  if not 0 < area_min <= 1:
+    raise ValueError(f'config.pp.area_min={area_min} must be in (0, 1] (the smallest crop area).')
   if aug not in TRAIN_AUGS:
     raise ValueError(f'config.pp.train_aug={aug!r} is unknown; use one of {TRAIN_AUGS}.')
   randaug = config.pp.get('randaug', None)
@@ -465,7 +468,7 @@ def _make_train_preprocess(config: Any, read: Callable[[tf.Tensor], tf.Tensor],
         tf.random.experimental.stateless_split(seed, 3))
     image = _decode(read(example['image']))
     if aug == 'inception':
-      image = _inception_crop(image, crop, crop_seed)
+      image = _inception_crop(image, crop, crop_seed, area_min)
     elif aug == 'pad_flip':
       image = _pad_and_crop(_resize(image, crop), crop // 8, crop_seed)
     else:
@@ -479,10 +482,11 @@ def _make_train_preprocess(config: Any, read: Callable[[tf.Tensor], tf.Tensor],
   return preprocess
 
 
-def _inception_crop(image: tf.Tensor, size: int, seed: tf.Tensor) -> tf.Tensor:
-  """The official random crop: 5%-100% of the area, aspect 3/4-4/3, resized to size."""
+def _inception_crop(image: tf.Tensor, size: int, seed: tf.Tensor,
+                    area_min: float = 0.05) -> tf.Tensor:
+  """The official random crop: `area_min` (5%)-100% of the area, aspect 3/4-4/3, resized."""
   begin, crop_size, _ = tf.image.stateless_sample_distorted_bounding_box(
-      tf.shape(image), tf.zeros([0, 0, 4], tf.float32), seed=seed, area_range=(0.05, 1.0),
+      tf.shape(image), tf.zeros([0, 0, 4], tf.float32), seed=seed, area_range=(area_min, 1.0),
       min_object_covered=0, use_image_if_no_bounding_boxes=True)
   return _resize(tf.slice(image, begin, crop_size), size)
 

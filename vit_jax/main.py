@@ -81,5 +81,18 @@ def main(argv):
   print(f'Done. Results: {result}\nWorkdir: {workdir}')
 
 
+def run() -> None:
+  """`app.run(main)`, with a one-line error for overrides of fields the config does not have."""
+  try:
+    app.run(main)
+  except (AttributeError, KeyError) as e:
+    if flags.FLAGS.is_parsed():
+      raise  # Not a flag problem: keep the traceback.
+    field = str(e).strip('\'"')
+    print(f'error: unknown config field {field!r} in a --config.* override; check the field names '
+          'in the config file (and its get_config docstring).', file=sys.stderr)
+    sys.exit(2)
+
+
 if __name__ == '__main__':
-  app.run(main)
+  run()

@@ -95,7 +95,7 @@ def make_train_step(model: Any, tx: optax.GradientTransformation, config: Any,
     updates, opt_state = tx.update(grads, state['opt_state'], state['params'])
     params = optax.apply_updates(state['params'], updates)
     new_state = dict(state, params=params, opt_state=opt_state, step=state['step'] + 1)
-    return new_state, {'loss': loss, 'grad_norm': optax.global_norm(grads)}
+    return new_state, {'loss': loss, 'grad_norm': optax.tree.norm(grads)}
 
   replicated = parallel.replicated(mesh)
   return jax.jit(train_step, donate_argnums=(0,),
@@ -125,7 +125,7 @@ def evaluate(eval_step: Callable, params: Any, eval_data: Any, mesh: Mesh) -> Di
   for batch in eval_data.batches():
     sums = eval_step(params, parallel.put_batch(batch, mesh))
     totals = {k: totals[k] + v for k, v in sums.items()}
-  totals = {k: float(v) for k, v in totals.items()}
+  totals = {k: float(v) for k, v in parallel.to_host(totals).items()}
   count = max(totals['count'], 1.)
   return {'accuracy': totals['correct'] / count, 'loss': totals['loss'] / count,
           'num_examples': int(totals['count'])}
@@ -240,7 +240,7 @@ def init_state(trainer: Trainer, *, abstract: bool = False) -> State:
     logging.info('Fine-tuning from %s', path)
     loaded = checkpoint.load_pretrained(
         pretrained_path=path, init_params=parallel.to_host(params), model_config=config.model,
-        grid_shape=trainer.grid_shape)
+        grid_shape=trainer.grid_shape, keep_head=config.get('keep_head', False))
     params = parallel.put_replicated(loaded, mesh)
   return jax.jit(make_state, out_shardings=replicated)(params)
 
@@ -279,9 +279,15 @@ class StopSignal:
     logging.warning('SIGTERM received: saving a checkpoint before exiting.')
     self.received = True
 
-  def any_process(self) -> bool:
+  def check(self, step: int, every: Optional[int]) -> bool:
+    """Whether all processes stop after `step`; they agree, so they all save the same step.
+
+    With several processes the flags are gathered (a host sync) only every `every` steps.
+    """
     if jax.process_count() == 1:
       return self.received
+    if not (every and step % every == 0):
+      return False
     from jax.experimental import multihost_utils  # Only for multi-process runs.
     return bool(np.any(multihost_utils.process_allgather(np.int32(self.received))))
 
@@ -407,17 +413,19 @@ def _train_loop(trainer: Trainer, state: State, start: int, manager: ocp.Checkpo
       nonfinite = nonfinite | ~jnp.isfinite(metrics['loss'])
       if step == start + 1:
         logging.info('First step done (includes compilation).')
-      save_due = _is_due(step, config.get('checkpoint_every'), total) or stop.received
+      stopping = stop.check(step, config.get('progress_every'))
+      save_due = _is_due(step, config.get('checkpoint_every'), total) or stopping
       if _is_due(step, config.get('progress_every'), total) or save_due:
         _check_finite(nonfinite, checked_step, step, manager)
         checked_step = step
       if _is_due(step, config.get('progress_every'), total):
-        progress.train(step, float(metrics['loss']), float(trainer.schedule(step)))
+        progress.train(step, float(parallel.to_host(metrics['loss'])),
+                       float(trainer.schedule(step)))
       if _is_due(step, config.get('eval_every'), total):
         result = run_eval(trainer, eval_step, state['params'], eval_data, progress, step)
       if save_due:
         manager.save(step, args=ocp.args.StandardSave(state))
-      if stop.any_process():
+      if stopping:
         manager.wait_until_finished()
         logging.warning('Stopped at step %d after SIGTERM; rerun the same command to resume.',
                         step)
@@ -433,7 +441,7 @@ def _train_loop(trainer: Trainer, state: State, start: int, manager: ocp.Checkpo
 
 def _check_finite(nonfinite: jax.Array, last_good: int, step: int,
                   manager: ocp.CheckpointManager) -> None:
-  if bool(nonfinite):
+  if bool(parallel.to_host(nonfinite)):
     manager.wait_until_finished()
     kept = manager.latest_step()
     raise NonFiniteLossError(

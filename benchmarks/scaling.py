@@ -1,0 +1,78 @@
+r"""Train-step throughput on 1, 2 and 4 (forced) CPU devices: one code path, N devices.
+
+Usage:
+  python benchmarks/scaling.py [--model=ViT-Ti_16] [--image=96] [--batch=32] [--steps=5]
+Each device count runs in its own process (XLA_FLAGS=--xla_force_host_platform_device_count=N).
+Note: forced CPU devices share the same physical cores, so on a 2-core machine more devices
+cannot be faster; this checks that the sharded step runs and what the split costs. On GPUs/TPUs
+the same code spreads the batch over real devices.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+WORKER = r'''
+import json, sys, time
+import jax, jax.numpy as jnp, numpy as np
+from vit_jax import config_lib, models, optim, parallel, train
+model_name, image, batch, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+config = config_lib.with_model(config_lib.get_config(), model_name)
+config.update(dict(accum_steps=1, optim_dtype='float32'))
+mesh = parallel.make_mesh()
+model = models.get_model(config.model, num_classes=1000)
+tx = optim.make_optimizer(config, optim.learning_rate_schedule(
+    total_steps=100, base_lr=0.01, decay_type='cosine', warmup_steps=1))
+params = jax.jit(lambda: model.init(jax.random.key(0), jnp.zeros((1, image, image, 3)),
+                                    train=False)['params'])()
+state = parallel.put_replicated({'params': params, 'opt_state': tx.init(params),
+                                 'step': jnp.zeros((), jnp.int32),
+                                 'rng': jax.random.key_data(jax.random.key(0))}, mesh)
+data = parallel.put_batch({'image': np.zeros((batch, image, image, 3), np.float32),
+                           'label': np.eye(1000, dtype=np.float32)[np.zeros(batch, int)]}, mesh)
+step = train.make_train_step(model, tx, config, mesh)
+start = time.perf_counter(); state, m = step(state, data); jax.block_until_ready(m)
+compile_s = time.perf_counter() - start
+times = []
+for _ in range(steps):
+  start = time.perf_counter(); state, m = step(state, data); jax.block_until_ready(m)
+  times.append(time.perf_counter() - start)
+print(json.dumps({'devices': jax.device_count(), 'compile_s': compile_s,
+                  'step_s': float(np.median(times)), 'img_s': batch / float(np.median(times))}))
+'''
+
+
+def run(devices: int, args) -> dict:
+  env = dict(os.environ, XLA_FLAGS=f'--xla_force_host_platform_device_count={devices}',
+             JAX_PLATFORMS='cpu')
+  out = subprocess.run([sys.executable, '-c', WORKER, args.model, str(args.image),
+                        str(args.batch), str(args.steps)], env=env, capture_output=True,
+                       text=True, check=True)
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--model', default='ViT-Ti_16')
+  parser.add_argument('--image', type=int, default=96)
+  parser.add_argument('--batch', type=int, default=32)
+  parser.add_argument('--steps', type=int, default=5)
+  parser.add_argument('--devices', default='1,2,4')
+  args = parser.parse_args()
+  print(f'{args.model} train step, batch {args.batch} at {args.image}px, {os.cpu_count()} CPU '
+        f'cores ({time.strftime("%Y-%m-%d")})')
+  print('devices  compile_s  step_s(median)  img/s  vs 1 device')
+  base = None
+  for devices in (int(d) for d in args.devices.split(',')):
+    r = run(devices, args)
+    base = base or r['img_s']
+    print(f'{r["devices"]:7d}  {r["compile_s"]:9.1f}  {r["step_s"]:14.3f}  {r["img_s"]:5.1f}  '
+          f'{r["img_s"] / base:10.2f}x')
+  print('Forced CPU devices share the same cores: expect <= 1x here; the point is one code path.')
+
+
+if __name__ == '__main__':
+  main()

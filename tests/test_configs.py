@@ -1,0 +1,70 @@
+"""Every config file builds, and every `--config.X` the docs mention exists (no config drift)."""
+
+import glob
+import importlib.util
+import os
+import re
+
+import ml_collections
+import pytest
+
+from vit_jax import config_lib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG_FILES = sorted(glob.glob(os.path.join(ROOT, 'configs', '*.py')))
+FLAG = re.compile(r'--config\.([A-Za-z_][\w.]*)')
+
+
+def load_config(path):
+  spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module, module.get_config()
+
+
+def has_field(config, dotted):
+  node = config
+  for part in dotted.split('.'):
+    if not isinstance(node, ml_collections.ConfigDict) or part not in node:
+      return False
+    node = node[part]
+  return True
+
+
+@pytest.mark.parametrize('path', CONFIG_FILES, ids=os.path.basename)
+def test_config_builds_and_its_docstring_flags_exist(path):
+  module, config = load_config(path)
+  assert module.__doc__ and 'python -m vit_jax.main' in module.__doc__
+  assert 'Expected' in module.__doc__  # Each file states what result to expect.
+  for flag in FLAG.findall(module.__doc__):
+    assert has_field(config, flag), f'{os.path.basename(path)} mentions --config.{flag}'
+
+
+def readme_configs():
+  base = config_lib.with_model(config_lib.get_config(), 'ViT-B_16')
+  return [base] + [load_config(p)[1] for p in CONFIG_FILES]
+
+
+@pytest.mark.parametrize('doc', ['README.md', 'checkpoints/README.md'])
+def test_every_config_flag_in_the_docs_exists(doc):
+  with open(os.path.join(ROOT, doc)) as f:
+    flags = set(FLAG.findall(f.read()))
+  configs = readme_configs()
+  missing = sorted(f for f in flags if not any(has_field(c, f) for c in configs))
+  assert not missing, f'{doc} mentions config fields that do not exist: {missing}'
+
+
+def test_parameterised_vit_config():
+  _, config = load_config(os.path.join(ROOT, 'configs', 'vit.py'))
+  module, _ = load_config(os.path.join(ROOT, 'configs', 'vit.py'))
+  config = module.get_config('r50_b16,cifar100')
+  assert config.model.model_name == 'R50+ViT-B_16' and config.dataset == 'cifar100'
+  with pytest.raises(ValueError, match='MODEL,DATASET'):
+    module.get_config('b16')
+
+
+def test_augreg_config_picks_the_preset_from_the_file_name():
+  module, _ = load_config(os.path.join(ROOT, 'configs', 'augreg.py'))
+  config = module.get_config('R26_S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0,cifar10')
+  assert config.model.model_name == 'R26+ViT-S_32'
+  assert config.pretrained_dir == 'gs://vit_models/augreg'

@@ -1,0 +1,48 @@
+"""`python -m vit_jax.main` as users run it: one-line errors, no traceback."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def online() -> bool:
+  try:
+    socket.create_connection(('storage.googleapis.com', 443), timeout=3).close()
+    return True
+  except OSError:
+    return False
+
+
+def run_main(*args, env=None, timeout=120):
+  env = dict(os.environ, JAX_PLATFORMS='cpu', **(env or {}))
+  start = time.time()
+  proc = subprocess.run([sys.executable, '-m', 'vit_jax.main', *args], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=timeout)
+  return proc, time.time() - start
+
+
+@pytest.mark.skipif(online(), reason='checks the offline message; this machine is online')
+def test_offline_official_command_names_what_is_missing(tmp_path):
+  proc, seconds = run_main('--config=configs/vit_b16_cifar10.py', f'--workdir={tmp_path}/w',
+                           env={'TFDS_DATA_DIR': str(tmp_path / 'tfds')})
+  assert proc.returncode == 1
+  assert seconds < 60
+  error = [line for line in proc.stderr.splitlines() if line.startswith('error:')]
+  assert len(error) == 1, proc.stderr[-2000:]
+  assert 'cifar10' in error[0] and 'ViT-B_16.npz' in error[0]
+  assert 'tfds_data_dir' in error[0] and 'pretrained_path' in error[0]
+  assert 'Traceback' not in proc.stderr
+
+
+def test_unknown_config_field_is_rejected(tmp_path):
+  proc, _ = run_main('--config=configs/fashion_mnist_quickstart.py', '--config.no_such_field=1',
+                     f'--workdir={tmp_path}/w')
+  assert proc.returncode != 0
+  assert 'no_such_field' in proc.stderr
+  assert 'Traceback' not in proc.stderr
