@@ -139,3 +139,71 @@ def test_command_line_exit_status_and_stderr(setup, tmp_path):
   assert proc.returncode == 1 and proc.stdout == ''
   assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
   assert 'Could not read image' in proc.stderr and 'Traceback' not in proc.stderr
+
+
+def test_predictions_agree_with_the_eval_pipeline(setup, tmp_path, capsys):
+  """predict on image files = `input_pipeline.get_eval_data` + `model.apply` on the same files."""
+  import ml_collections
+  from PIL import Image
+  from vit_jax import input_pipeline
+  ckpt, _, _ = setup
+  rng = np.random.default_rng(1)
+  files = []
+  for split in ('train', 'test'):
+    for c, (mode, ext, shape) in enumerate((('RGB', 'jpg', (40, 50, 3)), ('L', 'png', (64, 30)),
+                                            ('RGBA', 'png', (33, 33, 4)))):
+      folder = tmp_path / 'data' / split / f'class{c}'
+      folder.mkdir(parents=True)
+      for i in range(2):
+        path = folder / f'{i}.{ext}'
+        Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8), mode).save(path)
+        files += [str(path)] if split == 'test' else []
+  config = ml_collections.ConfigDict(dict(
+      dataset=str(tmp_path / 'data'), tfds_data_dir=None, tfds_manual_dir=None,
+      pp=dict(train='train', test='test', crop=32), batch_eval=4))
+  loaded = features.load_model(ckpt, 'testing')
+  logits = np.concatenate([
+      np.asarray(loaded.model.apply({'params': loaded.params}, b['image'], train=False))[
+          b['mask'] > 0] for b in input_pipeline.get_eval_data(config).batches()])
+  rc, out, _ = _run(capsys, f'--checkpoint={ckpt}', '--model=testing', '--json', '--top_k=10',
+                    str(tmp_path / 'data' / 'test'))
+  assert rc == 0
+  results = json.loads(out)['results']
+  assert [r['image'] for r in results] == files and len(logits) == len(files) == 6
+  want_idx, want_p = predict.top_k(logits, 10)
+  for r, idx, p in zip(results, want_idx, want_p):
+    assert r['predictions'][0]['index'] == idx[0]  # Same top-1 and the same probabilities.
+    np.testing.assert_allclose([x['probability'] for x in r['predictions']], p, atol=1e-5)
+
+
+def test_model_outside_the_presets_from_a_py_file(tmp_path, setup, capsys):
+  from vit_jax import config_lib
+  cfg = config_lib.small_vit('ViT-tiny_8', patch=8, hidden=16, layers=1, mlp=32, heads=2)
+  ckpt = tmp_path / 'params.npz'
+  write_checkpoint(ckpt, num_classes=10, image_size=24, model=cfg)
+  model_py = tmp_path / 'tiny.py'
+  model_py.write_text('from vit_jax import config_lib\n\n\ndef get_config():\n  return '
+                      "config_lib.small_vit('ViT-tiny_8', patch=8, hidden=16, layers=1, mlp=32, "
+                      'heads=2)\n')
+  loaded = features.load_model(str(ckpt), str(model_py))
+  assert loaded.image_size == 24 and loaded.config.model_name == 'ViT-tiny_8'
+  rc, out, _ = _run(capsys, f'--checkpoint={ckpt}', f'--model={model_py}', '--json',
+                    '--labels=fashion_mnist', setup[2][0])
+  assert rc == 0 and json.loads(out)['image_size'] == 24
+  logits = loaded.model.apply({'params': loaded.params},
+                              features.load_images(setup[2][:1], 24), train=False)
+  assert json.loads(out)['results'][0]['predictions'][0]['index'] == int(np.argmax(logits[0]))
+  # An experiment config (with .model) works too; a broken or wrong file is one clear line.
+  exp_py = tmp_path / 'exp.py'
+  exp_py.write_text(model_py.read_text().replace(
+      'def get_config():\n  return ', 'def get_config():\n  c = config_lib.get_config()\n'
+      '  c.model = ') + '  return c\n')
+  assert features.load_model(str(ckpt), str(exp_py)).config.hidden_size == 16
+  (tmp_path / 'broken.py').write_text('def get_config():\n  raise KeyError("x")\n')
+  (tmp_path / 'wrong.py').write_text('def get_config():\n  return {"a": 1}\n')
+  for name, message in (('missing.py', 'Could not find model config file'),
+                        ('broken.py', 'get_config() failed: KeyError'),
+                        ('wrong.py', 'must return a model ConfigDict')):
+    rc, out, err = _run(capsys, f'--checkpoint={ckpt}', f'--model={tmp_path / name}',
+                        setup[2][0])
+    assert rc == 1 and message in err and len(err.strip().splitlines()) == 1

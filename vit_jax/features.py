@@ -12,6 +12,7 @@ to 3-channel RGB, `tf.image.resize` bilinear to the square model size, then
 
 import dataclasses
 import functools
+import importlib.util
 import math
 import os
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
@@ -19,6 +20,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 import flax
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 from absl import logging
 
@@ -223,6 +225,37 @@ def model_name_for(checkpoint_path: str) -> str:
                    'pass --model (e.g. --model=ViT-B_16).')
 
 
+def model_config(model: str) -> ml_collections.ConfigDict:
+  """The model ConfigDict for a preset name or a `.py` config file (models outside the presets).
+
+  The file's `get_config()` returns a model ConfigDict (e.g. `config_lib.small_vit(...)`) or an
+  experiment config whose `.model` is one; a `model_name` defaults to the file's stem.
+  """
+  if not model.endswith('.py'):
+    return models.get_config(model)
+  if not os.path.isfile(model):
+    raise ValueError(f'Could not find model config file "{model}"; check the path.')
+  try:
+    spec = importlib.util.spec_from_file_location('_vit_jax_model_config', model)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config()
+  except Exception as e:  # Any error in user code becomes one line, not a traceback.
+    raise ValueError(f'Could not load model config "{model}" (its get_config() failed: '
+                     f'{type(e).__name__}: {e}).') from None
+  if isinstance(config, dict):
+    config = ml_collections.ConfigDict(config)
+  if 'model' in config and hasattr(config.model, 'to_dict'):
+    config = config.model
+  config = ml_collections.ConfigDict(config.to_dict())  # Unlocked copy.
+  if 'patches' not in config and not models.is_mixer(config):
+    raise ValueError(f'"{model}": get_config() must return a model ConfigDict (with patches, '
+                     'hidden_size, transformer, ...) or an experiment config with .model.')
+  if not config.get('model_name'):
+    config.model_name = os.path.splitext(os.path.basename(model))[0]
+  return config
+
+
 def _checkpoint_grid(params: Params, config: Any) -> Optional[Tuple[int, int]]:
   try:
     posemb = params['Transformer']['posembed_input']['pos_embedding']
@@ -251,7 +284,8 @@ def load_model(checkpoint_path: str, model_name: Optional[str] = None,
 
   Args:
     checkpoint_path: local .npz, gs:// or https:// address, or a published name ('ViT-B_16').
-    model_name: preset name (official or AugReg spelling); None guesses it from the file name.
+    model_name: preset name (official or AugReg spelling) or a `.py` file for a model outside
+      the presets (see `model_config`); None guesses the preset from the checkpoint's name.
     image_size: input side; None uses the checkpoint's own resolution (from its position
       embeddings, 224 when it has none). Another size resizes the position embeddings.
 
@@ -262,7 +296,7 @@ def load_model(checkpoint_path: str, model_name: Optional[str] = None,
     ValueError: unknown model name, or a model the image tools cannot run.
     checkpoint.CheckpointError: missing/unreadable file or one that does not fit the model.
   """
-  config = models.get_config(model_name or model_name_for(checkpoint_path))
+  config = model_config(model_name or model_name_for(checkpoint_path))
   path = resolve_checkpoint(checkpoint_path)
   if not checkpoint.is_remote(path) and not os.path.isfile(path):
     raise checkpoint.CheckpointError(

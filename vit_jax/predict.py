@@ -2,6 +2,10 @@
 
   python -m vit_jax.predict --checkpoint=ViT-B_16.npz --model=ViT-B_16 cat.jpg photos/
   python -m vit_jax.predict --checkpoint=model.npz --model=ViT-S_16 --labels=cifar10 --json img/
+  python -m vit_jax.predict --checkpoint=params.npz --model=my_vit.py --labels=fashion_mnist img/
+
+`--model` takes a preset name or, for a model outside the presets, a .py file whose
+`get_config()` returns its model ConfigDict (e.g. `config_lib.small_vit(...)`).
 
 Images (JPEG/PNG/..., any size or colour mode) are preprocessed as the eval pipeline does
 (`features.preprocess`) and run in batches; the number of classes comes from the checkpoint's
@@ -31,8 +35,9 @@ def define_flags(fv: flags.FlagValues) -> None:
   """Defines this tool's flags on `fv` (its own FlagValues, so tools can share a process)."""
   flags.DEFINE_string('checkpoint', None, 'Checkpoint .npz (path, gs://, https://) or a '
                       'published name such as ViT-B_16 or augreg/<file stem>.', flag_values=fv)
-  flags.DEFINE_string('model', None, 'Model preset, e.g. ViT-B_16; default: guessed from the '
-                      'checkpoint file name.', flag_values=fv)
+  flags.DEFINE_string('model', None, 'Model preset, e.g. ViT-B_16, or a .py file whose '
+                      'get_config() returns a model ConfigDict (custom models); default: '
+                      'guessed from the checkpoint file name.', flag_values=fv)
   flags.DEFINE_integer('image_size', None, 'Square input side; default: the resolution the '
                        'checkpoint was trained at (224 if it has no position embeddings).',
                        flag_values=fv)
