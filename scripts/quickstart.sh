@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's first command: set up, then pretrain a small ViT on Fashion-MNIST at 28px,
-# export the published-format npz, fine-tune from it at 56px and evaluate on all 10,000 test
+# export the published-format npz, fine-tune from it at 42px and evaluate on all 10,000 test
 # images. Offline; extra arguments go to vit_jax.main (e.g. --workdir=runs/q2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
