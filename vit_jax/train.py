@@ -433,6 +433,8 @@ def _train_loop(trainer: Trainer, state: State, start: int, manager: ocp.Checkpo
     manager.wait_until_finished()
   finally:
     stop.restore()
+  if not result:  # Nothing left to train (a finished run rerun) or no eval was due: report one.
+    result = run_eval(trainer, eval_step, state['params'], eval_data, progress, total)
   if jax.process_index() == 0:
     plotting.plot_curves(progress.history_path, os.path.join(workdir, 'curves.png'))
   export_params(state['params'], workdir)
@@ -459,6 +461,8 @@ def pretrain_then_finetune(config: ml_collections.ConfigDict, workdir: str) -> D
   pre_dir, fine_dir = os.path.join(workdir, 'pretrain'), os.path.join(workdir, 'finetune')
   logging.info('Stage 1/2: pretraining in %s', pre_dir)
   pre = train_and_evaluate(config.pretrain, pre_dir)
+  if 'stopped_at' in pre:  # SIGTERM during stage 1: rerunning the command continues it.
+    return {'pretrain': pre}
   finetune = ml_collections.ConfigDict(config.finetune.to_dict())
   finetune.pretrained_path = os.path.join(pre_dir, 'params.npz')
   logging.info('Stage 2/2: fine-tuning from %s at %dpx in %s', finetune.pretrained_path,
