@@ -1,0 +1,372 @@
+"""Speed, memory and MFU of a ViT on this machine, against timm and the plain Flax path.
+
+  python -m vit_jax.benchmark --model=ViT-B_16 --image=224 --batch=8 --mode=train --vs-timm \\
+      --attention_impl=heads_first --repeats=5
+
+Each variant runs in its own worker process (so the peak RSS it reports is its own, and JAX
+and torch never share a process): 'ours' (the flags given), 'plain' (the official path:
+attention_impl='xla', float32, no remat; skipped when 'ours' is already that) and, with
+--vs-timm, the equivalent timm model (act_layer='gelu_tanh', eager, torch.set_num_threads =
+cores). After compile and warm-up the workers take one step each in turn, `repeats` times, so
+the ratios are taken under the same load. Train mode is one step of softmax cross-entropy,
+global-norm clip 1.0 and SGD momentum 0.9 (jitted with donated buffers for JAX). MFU is the
+analytic FLOPs (`vit_jax.flops`, ×3 for a train step) per second over the framework's own
+fp32 matmul peak, measured in the same worker with a 2048² product. `--check` also compares
+the logits (and, in train mode, the gradients) of 'ours' with 'plain' at the same weights.
+
+Nothing here imports TensorFlow (timm would crash after it in the same process).
+"""
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+from absl import flags
+
+from vit_jax import cli
+
+_MARK = '@@bench '
+
+
+def define_flags(fv: flags.FlagValues) -> None:
+  """Defines this tool's flags on `fv`."""
+  flags.DEFINE_string('model', 'ViT-B_16', 'ViT preset name.', flag_values=fv)
+  flags.DEFINE_integer('image', 224, 'Square image side in pixels.', flag_values=fv)
+  flags.DEFINE_integer('batch', 8, 'Images per step.', flag_values=fv)
+  flags.DEFINE_integer('num_classes', 1000, 'Head outputs.', flag_values=fv)
+  flags.DEFINE_enum('mode', 'infer', ['infer', 'train', 'both'], 'What to time.',
+                    flag_values=fv)
+  flags.DEFINE_bool('vs-timm', False, 'Also time the equivalent timm model.', flag_values=fv)
+  flags.DEFINE_alias('vs_timm', 'vs-timm', flag_values=fv)
+  flags.DEFINE_enum('attention_impl', 'xla', ['xla', 'fused', 'heads_first'],
+                    'Attention implementation of "ours".', flag_values=fv)
+  flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype of "ours".',
+                    flag_values=fv)
+  flags.DEFINE_bool('remat', False, 'Rematerialise each encoder block ("ours").', flag_values=fv)
+  flags.DEFINE_bool('plain', True, 'Also time the plain official-style path.', flag_values=fv)
+  flags.DEFINE_bool('check', False, 'Compare logits/gradients of "ours" with "plain".',
+                    flag_values=fv)
+  flags.DEFINE_integer('repeats', 5, 'Timed steps per variant (after warm-up).', flag_values=fv)
+  flags.DEFINE_integer('warmup', 2, 'Untimed steps per variant after compiling.', flag_values=fv)
+  flags.DEFINE_string('worker', None, 'Internal: run as a worker of this kind.', flag_values=fv)
+
+
+def _emit(**kwargs: Any) -> None:
+  print(_MARK + json.dumps(kwargs), flush=True)
+
+
+def peak_rss_mb() -> float:
+  """High-water mark of this process's resident memory (Linux reports KiB)."""
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def cores() -> int:
+  return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
+
+
+def _timed(fn) -> float:
+  start = time.perf_counter()
+  fn()
+  return time.perf_counter() - start
+
+
+def jax_matmul_peak(n: int = 2048, calls: int = 3) -> float:
+  """fp32 GFLOP/s of the best of `calls` jitted n×n products."""
+  import jax
+  import jax.numpy as jnp
+  a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
+  dot = jax.jit(jnp.dot)
+  dot(a, a).block_until_ready()
+  best = min(_timed(lambda: dot(a, a).block_until_ready()) for _ in range(calls))
+  return 2 * n**3 / best / 1e9
+
+
+def torch_matmul_peak(n: int = 2048, calls: int = 3) -> float:
+  """fp32 GFLOP/s of the best of `calls` torch n×n products."""
+  import torch
+  a = torch.randn(n, n)
+  a @ a
+  best = min(_timed(lambda: a @ a) for _ in range(calls))
+  return 2 * n**3 / best / 1e9
+
+
+def fast_params(model: Any, image: int) -> Any:
+  """Parameters with the model's shapes without running `model.init` (seconds for ViT-B).
+
+  Values are N(0, 0.02) (LayerNorm scales 1, biases 0): fine for timing, not for accuracy.
+  """
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  shapes = jax.eval_shape(
+      lambda: model.init(jax.random.key(0), jnp.zeros((1, image, image, 3)), train=False))
+  rng = np.random.default_rng(0)
+
+  def fill(path, s):
+    name = str(path[-1])
+    if 'scale' in name:
+      return np.ones(s.shape, s.dtype)
+    if 'bias' in name:
+      return np.zeros(s.shape, s.dtype)
+    return (0.02 * rng.standard_normal(s.shape)).astype(s.dtype)
+  return jax.tree_util.tree_map_with_path(fill, shapes['params'])
+
+
+def make_jax_model(fv: flags.FlagValues, plain: bool) -> Any:
+  from vit_jax import models
+  if plain:
+    return models.get_model(fv.model, num_classes=fv.num_classes)
+  return models.get_model(fv.model, num_classes=fv.num_classes, attention_impl=fv.attention_impl,
+                          dtype=fv.dtype, remat=fv.remat)
+
+
+def make_jax_step(model: Any, mode: str):
+  """(jitted step, initial state) for 'infer' (forward) or 'train' (one optimiser update)."""
+  import jax
+  import optax
+  tx = optax.chain(optax.clip_by_global_norm(1.0), optax.sgd(0.01, momentum=0.9))
+  if mode == 'infer':
+    return jax.jit(lambda params, x, y: model.apply({'params': params}, x, train=False))
+
+  def train_step(state, x, y):
+    params, opt_state, step = state
+    rng = jax.random.fold_in(jax.random.key(0), step)
+
+    def loss_fn(p):
+      logits = model.apply({'params': p}, x, train=True, rngs={'dropout': rng})
+      return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return (optax.apply_updates(params, updates), opt_state, step + 1), loss
+  return jax.jit(train_step, donate_argnums=0), tx
+
+
+def jax_worker(fv: flags.FlagValues, kind: str, mode: str) -> None:
+  """Compiles, warms up, then times one step per 'step' line read from stdin."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  model = make_jax_model(fv, plain=kind == 'plain')
+  params = fast_params(model, fv.image)
+  x = jnp.asarray(np.random.default_rng(1).uniform(-1, 1, (fv.batch, fv.image, fv.image, 3)),
+                  jnp.float32)
+  y = jnp.asarray(np.arange(fv.batch) % fv.num_classes, jnp.int32)
+  if mode == 'infer':
+    step, state = make_jax_step(model, mode), params
+  else:
+    step, tx = make_jax_step(model, mode)
+    state = (params, tx.init(params), jnp.zeros((), jnp.int32))
+  start = time.perf_counter()
+  compiled = step.lower(state, x, y).compile()
+  compile_s = time.perf_counter() - start
+
+  def run():
+    nonlocal state
+    out = compiled(state, x, y)
+    if mode == 'train':
+      state = out[0]
+    jax.block_until_ready(out)
+  for _ in range(fv.warmup):
+    run()
+  peak = jax_matmul_peak()
+  _emit(ready=True, compile_s=compile_s)
+  _serve(run, peak, jax_matmul_peak)
+
+
+def timm_worker(fv: flags.FlagValues, mode: str) -> None:
+  """The timm counterpart of `jax_worker` (eager, torch threads = cores)."""
+  import torch
+  from timm.models.vision_transformer import VisionTransformer
+  from vit_jax import models
+  torch.set_num_threads(cores())
+  config = models.get_config(fv.model)
+  t = config.transformer
+  model = VisionTransformer(
+      img_size=fv.image, patch_size=config.patches.size[0], embed_dim=config.hidden_size,
+      depth=t.num_layers, num_heads=t.num_heads, mlp_ratio=t.mlp_dim / config.hidden_size,
+      num_classes=fv.num_classes, act_layer='gelu_tanh', proj_drop_rate=t.dropout_rate,
+      pos_drop_rate=t.dropout_rate)
+  x = torch.rand(fv.batch, 3, fv.image, fv.image) * 2 - 1
+  y = torch.arange(fv.batch) % fv.num_classes
+  opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+  def run():
+    if mode == 'infer':
+      with torch.inference_mode():
+        model(x)
+      return
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+  model.train(mode == 'train')
+  start = time.perf_counter()
+  run()  # Eager: the first step stands in for "compile".
+  compile_s = time.perf_counter() - start
+  for _ in range(fv.warmup - 1):
+    run()
+  peak = torch_matmul_peak()
+  _emit(ready=True, compile_s=compile_s)
+  _serve(run, peak, torch_matmul_peak)
+
+
+def _serve(run, peak: float, probe) -> None:
+  for line in sys.stdin:
+    if line.strip() == 'step':
+      _emit(step_s=_timed(run))
+    else:
+      break
+  _emit(peak_rss_mb=peak_rss_mb(), matmul_gflops=max(peak, probe()))
+
+
+def check_worker(fv: flags.FlagValues, mode: str) -> None:
+  """Max relative difference of logits (and train-mode gradients) of 'ours' vs 'plain'."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  import optax
+  ours, plain = make_jax_model(fv, plain=False), make_jax_model(fv, plain=True)
+  x = jnp.asarray(np.random.default_rng(1).uniform(-1, 1, (2, fv.image, fv.image, 3)),
+                  jnp.float32)
+  params = fast_params(plain, fv.image)  # Random head: logits and gradients are not zero.
+  rel = lambda a, b: float(jnp.max(jnp.abs(a - b)) / jnp.max(jnp.abs(b)))  # noqa: E731
+  logits = [jax.jit(lambda p, m=m: m.apply({'params': p}, x, train=False))(params)
+            for m in (ours, plain)]
+  result = {'logits_rel_diff': rel(*logits)}
+  if mode == 'train':
+    y = jnp.arange(2) % fv.num_classes
+    grads = []
+    for m in (ours, plain):
+      def loss(p, m=m):
+        logits = m.apply({'params': p}, x, train=False)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+      grads.append(jax.jit(jax.grad(loss))(params))
+    # Relative to the largest gradient entry: some entries are 0 in exact maths (key biases,
+    # softmax is shift-invariant) and only carry rounding noise, so per-leaf ratios mislead.
+    diff = max(jax.tree.leaves(jax.tree.map(lambda a, b: jnp.max(jnp.abs(a - b)), *grads)))
+    scale = max(jax.tree.leaves(jax.tree.map(lambda b: jnp.max(jnp.abs(b)), grads[1])))
+    result['grads_rel_diff'] = float(diff / scale)
+  _emit(**result)
+
+
+class Worker:
+  """A worker subprocess speaking the `_MARK` line protocol."""
+
+  def __init__(self, kind: str, mode: str, argv: Sequence[str]):
+    self.kind = kind
+    cmd = [sys.executable, '-m', 'vit_jax.benchmark', *argv, f'--worker={kind}',
+           f'--mode={mode}']
+    self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    self.info: Dict[str, Any] = {}
+    self.steps: List[float] = []
+
+  def read(self) -> Dict[str, Any]:
+    for line in self.proc.stdout:
+      if line.startswith(_MARK):
+        return json.loads(line[len(_MARK):])
+    raise RuntimeError(f'benchmark worker {self.kind!r} exited with {self.proc.wait()}; '
+                       'its error is printed above.')
+
+  def step(self) -> None:
+    self.proc.stdin.write('step\n')
+    self.proc.stdin.flush()
+    self.steps.append(self.read()['step_s'])
+
+  def finish(self) -> None:
+    self.proc.stdin.write('done\n')
+    self.proc.stdin.flush()
+    self.info.update(self.read())
+    self.proc.wait()
+
+
+def variant_names(fv: flags.FlagValues) -> List[str]:
+  plain_config = (fv.attention_impl, fv.dtype, fv.remat) == ('xla', 'float32', False)
+  names = ['ours'] + (['plain'] if fv.plain and not plain_config else [])
+  return names + (['timm'] if fv.vs_timm else [])
+
+
+def describe(fv: flags.FlagValues, name: str) -> str:
+  if name == 'ours':
+    return f'ours[{fv.attention_impl},{fv.dtype}{",remat" if fv.remat else ""}]'
+  return {'plain': 'plain[xla,float32]', 'timm': 'timm eager'}[name]
+
+
+def run_mode(fv: flags.FlagValues, mode: str, argv: Sequence[str]) -> str:
+  """Times every variant of one mode interleaved; returns the report lines."""
+  import numpy as np
+  from vit_jax import flops, models
+  workers = []
+  for name in variant_names(fv):  # Set up one at a time: compiles don't overlap.
+    workers.append(Worker(name, mode, argv))
+    workers[-1].info.update(workers[-1].read())
+  for _ in range(fv.repeats):
+    for w in workers:
+      w.step()
+  for w in workers:
+    w.finish()
+  gflop = flops.count_flops(models.get_config(fv.model), fv.image, fv.num_classes)['total'] / 1e9
+  step_gflop = gflop * fv.batch * (3 if mode == 'train' else 1)
+  n = cores()
+  lines = [f'{fv.model} {fv.image}px batch {fv.batch} mode={mode}: {gflop:.4f} GFLOP/image '
+           f'forward (analytic{", ×3 per train step" if mode == "train" else ""}), {n} cores, '
+           f'XLA_FLAGS={os.environ.get("XLA_FLAGS", "")!r}',
+           f'  {"variant":28s} {"compile_s":>9s} {"step_ms med/min/max":>22s} '
+           f'{"images/s":>9s} {"img/s/core":>10s} {"peak_rss_MB":>11s} {"matmul_GFLOP/s":>14s} '
+           f'{"MFU":>6s}']
+  speed = {}
+  for w in workers:
+    t = np.asarray(w.steps)
+    med = float(np.median(t))
+    speed[w.kind] = fv.batch / med
+    mfu = step_gflop / med / w.info['matmul_gflops']
+    lines.append(f'  {describe(fv, w.kind):28s} {w.info["compile_s"]:9.2f} '
+                 f'{f"{med * 1e3:.1f}/{t.min() * 1e3:.1f}/{t.max() * 1e3:.1f}":>22s} '
+                 f'{speed[w.kind]:9.2f} {speed[w.kind] / n:10.2f} {w.info["peak_rss_mb"]:11.0f} '
+                 f'{w.info["matmul_gflops"]:14.1f} {mfu:6.1%}')
+  for other in ('plain', 'timm'):
+    if other in speed:
+      lines.append(f'  speed-up ours/{other}: {speed["ours"] / speed[other]:.2f}x')
+  if fv.check and 'plain' in speed:
+    proc = subprocess.run([sys.executable, '-m', 'vit_jax.benchmark', *argv, '--worker=check',
+                           f'--mode={mode}'], stdout=subprocess.PIPE, text=True, check=True)
+    result = json.loads(proc.stdout.split(_MARK)[-1])
+    lines.append('  check ours vs plain: ' + ', '.join(f'{k}={v:.2e}' for k, v in result.items()))
+  return '\n'.join(lines)
+
+
+def _run(fv: flags.FlagValues, extra: Sequence[str], argv: Sequence[str]) -> Optional[str]:
+  if extra:
+    raise ValueError(f'Unexpected arguments {extra}; see --help.')
+  from vit_jax import models
+  config = models.get_config(fv.model)
+  if models.is_mixer(config) or config.get('resnet') is not None:
+    raise ValueError(f'benchmark times plain ViT presets; {fv.model} is not one.')
+  if fv.batch < 1 or fv.repeats < 1 or fv.image < 1:
+    raise ValueError('--batch, --repeats and --image must be positive.')
+  if fv.worker:
+    if fv.worker == 'timm':
+      timm_worker(fv, fv.mode)
+    elif fv.worker == 'check':
+      check_worker(fv, fv.mode)
+    else:
+      jax_worker(fv, fv.worker, fv.mode)
+    return None
+  argv = [a for a in argv[1:] if not a.startswith(('--mode', '--worker'))]
+  modes = ('infer', 'train') if fv.mode == 'both' else (fv.mode,)
+  return '\n'.join(run_mode(fv, mode, argv) for mode in modes)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  """Command-line entry point; returns the exit status."""
+  argv = list(sys.argv if argv is None else argv)
+  return cli.run_tool('benchmark', __doc__, define_flags,
+                      lambda fv, extra: _run(fv, extra, argv), argv)
+
+
+if __name__ == '__main__':
+  sys.exit(main())
