@@ -215,3 +215,23 @@ def test_bad_config_is_a_clear_error(tmp_path, mock_cifar10, overrides, message)
 def test_unknown_trainer():
   with pytest.raises(ValueError, match='Unknown trainer'):
     train.get_trainer('nope')
+
+
+def test_finetune_on_an_image_directory_from_a_local_npz(tmp_path):
+  from test_distributed import write_image_dataset  # Tiny PNG folders, 3 classes.
+  dataset = write_image_dataset(str(tmp_path / 'data'))
+  npz = write_pretrained_npz(str(tmp_path / 'pre.npz'))
+  workdir = str(tmp_path / 'run')
+  config = make_config(dataset=dataset, pretrained_path=npz, total_steps=4, eval_every=2)
+  result = train.train_and_evaluate(config, workdir)
+  assert result['num_examples'] == 9  # 3 classes x 3 test images, all counted.
+  assert final_params(workdir)['head']['kernel'].shape == (10, 3)
+  assert glob.glob(os.path.join(workdir, 'events.out.tfevents.*'))
+
+
+def test_inference_time_trainer(tmp_path):
+  config = ml_collections.ConfigDict(dict(
+      trainer='inference_time', model_name='testing', batch=4, num_classes=10, image_size=32,
+      steps=2, initial_steps=1))
+  result = train.get_trainer(config.trainer)(config, str(tmp_path))
+  assert result['imgs_sec_core_median'] > 0

@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from absl import flags
 
+from vit_jax import cli
 from vit_jax import features
 from vit_jax import models
 from vit_jax import predict
@@ -308,26 +309,18 @@ def summary(result: Dict[str, Any], out_dir: str) -> str:
   return '\n'.join(lines)
 
 
+def _run(fv: flags.FlagValues, image_paths: Sequence[str]) -> str:
+  if not fv.checkpoint or not fv.out:
+    raise ValueError('Pass --checkpoint=PATH_OR_NAME and --out=DIR.')
+  loaded = features.load_model(fv.checkpoint, fv.model, fv.image_size)
+  result = analyze(loaded, fv.out, image_paths, num_components=fv.num_components,
+                   batch_size=max(fv.batch_size, 1))
+  return summary(result, fv.out)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
   """Command-line entry point; returns the exit status (1 and one line on bad input)."""
-  argv = list(sys.argv if argv is None else argv)
-  fv = flags.FlagValues()
-  define_flags(fv)
-  if any(a in ('-h', '--help', '--helpfull') for a in argv[1:]):
-    print(__doc__ + '\nFlags:\n' + fv.get_help())
-    return 0
-  try:
-    image_paths = fv(argv)[1:]
-    if not fv.checkpoint or not fv.out:
-      raise ValueError('Pass --checkpoint=PATH_OR_NAME and --out=DIR.')
-    loaded = features.load_model(fv.checkpoint, fv.model, fv.image_size)
-    result = analyze(loaded, fv.out, image_paths, num_components=fv.num_components,
-                     batch_size=max(fv.batch_size, 1))
-  except (flags.Error, ValueError, OSError) as e:  # CheckpointError/ImageError are ValueErrors.
-    print(f'analyze: error: {e}', file=sys.stderr)
-    return 1
-  print(summary(result, fv.out))
-  return 0
+  return cli.run_tool('analyze', __doc__, define_flags, _run, argv)
 
 
 if __name__ == '__main__':

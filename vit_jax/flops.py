@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from absl import flags
 
+from vit_jax import cli
 from vit_jax import models
 
 PARTS = ('resnet', 'patch_embedding', 'qkv_out_projections', 'attention', 'mlp', 'head')
@@ -165,27 +166,19 @@ def format_report(model_name: str, image_size: int, num_classes: int,
   return '\n'.join(lines)
 
 
+def _run(fv: flags.FlagValues, extra: Sequence[str]) -> str:
+  if extra:
+    raise ValueError(f'Unexpected arguments {extra}; pass --model=NAME --image=SIZE.')
+  if fv.image < 1:
+    raise ValueError('--image must be a positive number of pixels.')
+  models.get_config(fv.model)  # Unknown names fail here, with the list of known ones.
+  xla = xla_flops(fv.model, fv.image, fv.num_classes) if fv.xla else None
+  return format_report(fv.model, fv.image, fv.num_classes, xla)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
   """Command-line entry point; returns the exit status (1 and one line on bad input)."""
-  argv = list(sys.argv if argv is None else argv)
-  fv = flags.FlagValues()
-  define_flags(fv)
-  if any(a in ('-h', '--help', '--helpfull') for a in argv[1:]):
-    print(__doc__ + '\nFlags:\n' + fv.get_help())
-    return 0
-  try:
-    extra = fv(argv)[1:]
-    if extra:
-      raise ValueError(f'Unexpected arguments {extra}; pass --model=NAME --image=SIZE.')
-    if fv.image < 1:
-      raise ValueError('--image must be a positive number of pixels.')
-    models.get_config(fv.model)  # Unknown names fail here, with the list of known ones.
-    xla = xla_flops(fv.model, fv.image, fv.num_classes) if fv.xla else None
-    print(format_report(fv.model, fv.image, fv.num_classes, xla))
-  except (flags.Error, ValueError) as e:
-    print(f'flops: error: {e}', file=sys.stderr)
-    return 1
-  return 0
+  return cli.run_tool('flops', __doc__, define_flags, _run, argv)
 
 
 if __name__ == '__main__':

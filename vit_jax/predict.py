@@ -24,6 +24,7 @@ import numpy as np
 from absl import flags
 from absl import logging
 
+from vit_jax import cli
 from vit_jax import features
 
 LABEL_SETS = ('imagenet1k', 'imagenet21k', 'cifar10', 'cifar100', 'fashion_mnist')
@@ -160,19 +161,7 @@ def run(fv: flags.FlagValues, image_paths: Sequence[str], out=None) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
   """Command-line entry point; returns the exit status (1 and one line on bad input)."""
-  argv = list(sys.argv if argv is None else argv)
-  fv = flags.FlagValues()
-  define_flags(fv)
-  if any(a in ('-h', '--help', '--helpfull') for a in argv[1:]):
-    print(__doc__ + '\nFlags:\n' + fv.get_help())
-    return 0
-  try:
-    image_paths = fv(argv)[1:]
-    run(fv, image_paths)
-  except (flags.Error, ValueError, OSError) as e:  # CheckpointError/ImageError are ValueErrors.
-    print(f'predict: error: {e}', file=sys.stderr)
-    return 1
-  return 0
+  return cli.run_tool('predict', __doc__, define_flags, run, argv)
 
 
 if __name__ == '__main__':

@@ -1,0 +1,31 @@
+"""The shared shell of the command-line tools (predict, analyze, flops): flags, help, errors."""
+
+import sys
+from typing import Callable, Optional, Sequence
+
+from absl import flags
+
+
+def run_tool(name: str, doc: str, define_flags: Callable[[flags.FlagValues], None],
+             body: Callable[[flags.FlagValues, Sequence[str]], Optional[str]],
+             argv: Optional[Sequence[str]] = None) -> int:
+  """Parses `argv` into the tool's own FlagValues and runs `body(flags, positional_args)`.
+
+  Each tool has its own FlagValues, so several tools can run in one process (tests). Bad input
+  (flag errors, ValueError incl. CheckpointError/ImageError, OSError) prints one line
+  `<name>: error: ...` and returns 1; whatever `body` returns is printed.
+  """
+  argv = list(sys.argv if argv is None else argv)
+  fv = flags.FlagValues()
+  define_flags(fv)
+  if any(a in ('-h', '--help', '--helpfull') for a in argv[1:]):
+    print(doc + '\nFlags:\n' + fv.get_help())
+    return 0
+  try:
+    output = body(fv, fv(argv)[1:])
+  except (flags.Error, ValueError, OSError) as e:
+    print(f'{name}: error: {e}', file=sys.stderr)
+    return 1
+  if output:
+    print(output)
+  return 0
