@@ -53,6 +53,8 @@ def define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_integer('repeats', 5, 'Timed steps per variant (after warm-up).', flag_values=fv)
   flags.DEFINE_integer('warmup', 2, 'Untimed steps per variant after compiling.', flag_values=fv)
   flags.DEFINE_string('worker', None, 'Internal: run as a worker of this kind.', flag_values=fv)
+  flags.DEFINE_string('timm_config', None, 'Internal: the timm worker\'s model dimensions.',
+                      flag_values=fv)
 
 
 def _emit(**kwargs: Any) -> None:
@@ -181,15 +183,12 @@ def timm_worker(fv: flags.FlagValues, mode: str) -> None:
   """The timm counterpart of `jax_worker` (eager, torch threads = cores)."""
   import torch
   from timm.models.vision_transformer import VisionTransformer
-  from vit_jax import models
   torch.set_num_threads(cores())
-  config = models.get_config(fv.model)
-  t = config.transformer
+  c = json.loads(fv.timm_config)  # From the parent: importing vit_jax.models loads jax.
   model = VisionTransformer(
-      img_size=fv.image, patch_size=config.patches.size[0], embed_dim=config.hidden_size,
-      depth=t.num_layers, num_heads=t.num_heads, mlp_ratio=t.mlp_dim / config.hidden_size,
-      num_classes=fv.num_classes, act_layer='gelu_tanh', proj_drop_rate=t.dropout_rate,
-      pos_drop_rate=t.dropout_rate)
+      img_size=fv.image, patch_size=c['patch'], embed_dim=c['hidden'], depth=c['layers'],
+      num_heads=c['heads'], mlp_ratio=c['mlp'] / c['hidden'], num_classes=fv.num_classes,
+      act_layer='gelu_tanh', proj_drop_rate=c['dropout'], pos_drop_rate=c['dropout'])
   x = torch.rand(fv.batch, 3, fv.image, fv.image) * 2 - 1
   y = torch.arange(fv.batch) % fv.num_classes
   opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -342,6 +341,9 @@ def run_mode(fv: flags.FlagValues, mode: str, argv: Sequence[str]) -> str:
 def _run(fv: flags.FlagValues, extra: Sequence[str], argv: Sequence[str]) -> Optional[str]:
   if extra:
     raise ValueError(f'Unexpected arguments {extra}; see --help.')
+  if fv.worker == 'timm':
+    timm_worker(fv, fv.mode)
+    return None
   from vit_jax import models
   config = models.get_config(fv.model)
   if models.is_mixer(config) or config.get('resnet') is not None:
@@ -349,14 +351,16 @@ def _run(fv: flags.FlagValues, extra: Sequence[str], argv: Sequence[str]) -> Opt
   if fv.batch < 1 or fv.repeats < 1 or fv.image < 1:
     raise ValueError('--batch, --repeats and --image must be positive.')
   if fv.worker:
-    if fv.worker == 'timm':
-      timm_worker(fv, fv.mode)
-    elif fv.worker == 'check':
+    if fv.worker == 'check':
       check_worker(fv, fv.mode)
     else:
       jax_worker(fv, fv.worker, fv.mode)
     return None
-  argv = [a for a in argv[1:] if not a.startswith(('--mode', '--worker'))]
+  argv = [a for a in argv[1:] if a.split('=')[0] not in ('--mode', '--worker')]
+  t = config.transformer
+  argv.append('--timm_config=' + json.dumps(dict(
+      patch=config.patches.size[0], hidden=config.hidden_size, layers=t.num_layers,
+      heads=t.num_heads, mlp=t.mlp_dim, dropout=t.dropout_rate)))
   modes = ('infer', 'train') if fv.mode == 'both' else (fv.mode,)
   return '\n'.join(run_mode(fv, mode, argv) for mode in modes)
 
