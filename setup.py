@@ -9,7 +9,6 @@ import setuptools
 INSTALL_REQUIRES = [
     'absl-py>=2.1',
     'clu>=0.0.12',
-    'etils[epath]>=1.7',
     'flax>=0.12.8',
     'importlib_resources>=6.0',  # tensorflow-datasets needs it to prepare data; undeclared.
     'jax>=0.10.2',
