@@ -1,7 +1,8 @@
 r"""Fine-tunes an AugReg checkpoint ("How to train your ViT?") given by its file name.
 
 Command (any name from gs://vit_models/augreg/index.csv, without .npz):
-  python -m vit_jax.main --config=configs/augreg.py:S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0,cifar10 \
+  python -m vit_jax.main \
+      --config=configs/augreg.py:S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0,cifar10 \
       --workdir=runs/augreg_s16
 The model preset is read off the file name's first part (S_16 → ViT-S_16, R26_S_32 → R26+ViT-S_32).
 Expected: the paper's fine-tuning numbers, e.g. ~98.5% on CIFAR-10 for S/16 at 384px.
@@ -11,7 +12,10 @@ from vit_jax import config_lib
 from vit_jax import models
 
 
-def get_config(filename_dataset: str = 'S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0,cifar10'):
+DEFAULT = 'S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0,cifar10'
+
+
+def get_config(filename_dataset: str = DEFAULT):
   filename, _, dataset = filename_dataset.partition(',')
   short = filename.split('-')[0]
   if short not in models.AUGREG_CONFIGS:

@@ -78,7 +78,8 @@ def test_prepare_matches_tfds_fashion_mnist(idx_dir, tmp_path):
 def test_missing_files_say_how_to_get_them(tmp_path):
   with mock.patch.dict(os.environ, {fashion_mnist.SOURCE_DIR_ENV: str(tmp_path)}), \
        mock.patch.object(fashion_mnist, 'DEFAULT_SOURCE_DIR', str(tmp_path / 'none')):
-    with pytest.raises(ValueError, match='apt-get install dataset-fashion-mnist.*FASHION_MNIST_DIR'):
+    with pytest.raises(ValueError,
+                       match='apt-get install dataset-fashion-mnist.*FASHION_MNIST_DIR'):
       fashion_mnist.find_source_dir(None)
 
 

@@ -1,4 +1,4 @@
-"""Input pipeline: shapes, ranges, exact eval, resumability, processes, folders, errors (offline)."""
+"""Input pipeline: shapes, ranges, exact eval, resume, processes, folders, errors (offline)."""
 
 import os
 from unittest import mock

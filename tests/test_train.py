@@ -187,7 +187,8 @@ def test_exact_eval_counts_every_example(tmp_path, mock_cifar10):
   result = train.train_and_evaluate(make_config(total_steps=1, batch_eval=4),
                                     str(tmp_path / 'run'))
   assert result['num_examples'] == 10  # 3 batches of 4, the last padded and masked.
-  assert 0. <= result['accuracy'] <= 1. and result['accuracy'] * 10 == round(result['accuracy'] * 10)
+  correct = result['accuracy'] * 10
+  assert 0. <= result['accuracy'] <= 1. and correct == round(correct)
 
 
 def test_non_finite_loss_stops_with_step_range_and_keeps_checkpoint(tmp_path, mock_cifar10):

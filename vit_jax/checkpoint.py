@@ -1,4 +1,4 @@
-"""Published `.npz` checkpoints: download + cache, load into the Linen tree, save, fine-tune surgery.
+"""Published `.npz` checkpoints: download + cache, load into the Linen tree, save, surgery.
 
 The published files are flat `np.savez` archives with '/'-joined names. Two legacy details are
 handled here and nowhere else (see shared FORMATS notes): encoder blocks use the pre-Linen

@@ -52,7 +52,8 @@ def inference_time(config: Any, workdir: str) -> Dict[str, float]:
   per_core = config.batch / jax.device_count() / times
   result = {'imgs_sec_core_median': float(np.median(per_core)),
             'imgs_sec_core_min': float(per_core.min()), 'imgs_sec_core_max': float(per_core.max()),
-            'imgs_sec_core_mean': float(per_core.mean()), 'imgs_sec_core_std': float(per_core.std())}
+            'imgs_sec_core_mean': float(per_core.mean()),
+            'imgs_sec_core_std': float(per_core.std())}
   logging.info('%s batch %d at %dpx: %s', config.model_name, config.batch, side, result)
   writer = metric_writers.create_default_writer(workdir, just_logging=jax.process_index() > 0)
   writer.write_scalars(0, result)

@@ -123,7 +123,8 @@ def get_train_data(config: Any, *, start_batch: int = 0) -> Iterator[Batch]:
   split = source.split(config.pp.train, per_process=not stream)
   local_batch = _local_batch(config.batch, 'batch')
   if split.num_examples == 0:
-    raise ValueError(f'Train split {config.pp.train!r} has no examples here; check config.pp.train.')
+    raise ValueError(f'Train split {config.pp.train!r} has no examples here; '
+                     'check config.pp.train.')
   augment = _make_train_preprocess(config, split.read, len(source.class_names))
   base_seed = _process_seed(config, shared=stream)
   example_seed = tf.random.experimental.stateless_fold_in(base_seed, 0)

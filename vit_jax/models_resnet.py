@@ -53,7 +53,8 @@ class ResidualUnit(nn.Module):
     y = nn.relu(norm('gn1')(conv(self.features, (1, 1), (1, 1), 'conv1')(x)))
     y = nn.relu(norm('gn2')(conv(self.features, (3, 3), self.strides, 'conv2')(y)))
     # Zero-init last GroupNorm scale: each unit starts as the identity on its residual path.
-    y = norm('gn3', scale_init=nn.initializers.zeros)(conv(out_features, (1, 1), (1, 1), 'conv3')(y))
+    y = conv(out_features, (1, 1), (1, 1), 'conv3')(y)
+    y = norm('gn3', scale_init=nn.initializers.zeros)(y)
     return nn.relu(residual + y)
 
 

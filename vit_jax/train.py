@@ -160,8 +160,9 @@ def validate_config(config: Any, mesh: Mesh) -> None:
     raise ValueError(f'Unknown loss={config.loss!r}; use one of {", ".join(LOSSES)}.')
   patch = config.model.patches.size[0] if 'patches' in config.model else 1
   if config.model.get('resnet') is None and config.pp.crop % patch:
+    suggestion = config.pp.crop // patch * patch or patch
     raise ValueError(f'pp.crop={config.pp.crop} is not divisible by the patch size {patch}; '
-                     f'use a multiple of {patch} (e.g. --config.pp.crop={config.pp.crop // patch * patch or patch}).')
+                     f'use a multiple of {patch} (e.g. --config.pp.crop={suggestion}).')
 
 
 @dataclasses.dataclass
