@@ -81,46 +81,48 @@ class AddPositionEmbs2D(nn.Module):
     return inputs + table.astype(inputs.dtype)
 
 
-def fused_attention(query: Array, key: Array, value: Array, *, dropout_rate: float = 0.,
-                    deterministic: bool = True, dtype: Optional[Dtype] = None,
-                    **kwargs) -> Array:
-  """`attention_fn` for `nn.MultiHeadDotProductAttention` via `jax.nn.dot_product_attention`.
+def _attention_fn(core: Callable[[Array, Array, Array], Array]) -> Callable[..., Array]:
+  """Wraps `core(q, k, v)` as an `attention_fn` for `nn.MultiHeadDotProductAttention`.
 
-  Same inputs/outputs as Flax's default (so the param layout is unchanged); it lets XLA pick
-  cuDNN flash attention on GPU. Attention dropout or masks fall back to the default path.
+  Same inputs/outputs as Flax's default (so the param layout is unchanged). Attention dropout,
+  masks, bias and weight sowing (`module`) fall back to Flax's default path.
   """
-  if (dropout_rate > 0. and not deterministic) or kwargs.get('mask') is not None or (
-      kwargs.get('bias') is not None) or 'module' in kwargs:
-    return nn.dot_product_attention(query, key, value, dropout_rate=dropout_rate,
-                                    deterministic=deterministic, dtype=dtype, **kwargs)
-  if dtype is not None:
-    query, key, value = (t.astype(dtype) for t in (query, key, value))
-  return jax.nn.dot_product_attention(query, key, value)
+
+  def attention_fn(query: Array, key: Array, value: Array, *, dropout_rate: float = 0.,
+                   deterministic: bool = True, dtype: Optional[Dtype] = None,
+                   **kwargs) -> Array:
+    if (dropout_rate > 0. and not deterministic) or kwargs.get('mask') is not None or (
+        kwargs.get('bias') is not None) or 'module' in kwargs:
+      return nn.dot_product_attention(query, key, value, dropout_rate=dropout_rate,
+                                      deterministic=deterministic, dtype=dtype, **kwargs)
+    if dtype is not None:
+      query, key, value = (t.astype(dtype) for t in (query, key, value))
+    return core(query, key, value)
+
+  attention_fn.__doc__ = core.__doc__
+  return attention_fn
 
 
-def heads_first_attention(query: Array, key: Array, value: Array, *, dropout_rate: float = 0.,
-                          deterministic: bool = True, dtype: Optional[Dtype] = None,
-                          **kwargs) -> Array:
-  """`attention_fn` that is faster on CPU: heads-major matmuls, normalisation after the sum.
+def _heads_first_core(query: Array, key: Array, value: Array) -> Array:
+  """Faster on CPU: heads-major matmuls, normalisation after the weighted sum.
 
   Same maths as Flax's default, reordered for XLA:CPU: q, k, v go to (batch, heads, tokens,
   dim) so both products are plain batched matmuls (Flax's 'bqhd,bkhd->bhqk' einsums ran at
   14 GFLOP/s for ViT-Ti/16 at batch 32, this at ~45), and the softmax denominator divides the
   (tokens, dim) output instead of the (tokens, tokens) weights. fp32 outputs match the default
-  to ~4e-7 relative. Attention dropout, masks and bias fall back to the default path.
+  to ~4e-7 relative.
   """
-  if (dropout_rate > 0. and not deterministic) or kwargs.get('mask') is not None or (
-      kwargs.get('bias') is not None) or 'module' in kwargs:
-    return nn.dot_product_attention(query, key, value, dropout_rate=dropout_rate,
-                                    deterministic=deterministic, dtype=dtype, **kwargs)
-  if dtype is not None:
-    query, key, value = (t.astype(dtype) for t in (query, key, value))
   query = query / jnp.sqrt(query.shape[-1]).astype(query.dtype)
   query, key, value = (jnp.swapaxes(t, -3, -2) for t in (query, key, value))
   scores = jnp.matmul(query, jnp.swapaxes(key, -1, -2))
   weights = jnp.exp(scores - jax.lax.stop_gradient(scores.max(axis=-1, keepdims=True)))
   out = jnp.matmul(weights, value) / weights.sum(axis=-1, keepdims=True)
   return jnp.swapaxes(out, -3, -2)
+
+
+# jax.nn.dot_product_attention lets XLA pick cuDNN flash attention on GPU.
+fused_attention = _attention_fn(jax.nn.dot_product_attention)
+heads_first_attention = _attention_fn(_heads_first_core)
 
 
 ATTENTION_FNS = {'xla': nn.dot_product_attention, 'fused': fused_attention,
