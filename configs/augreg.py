@@ -5,6 +5,8 @@ Command (any name from gs://vit_models/augreg/index.csv, without .npz):
       --config=configs/augreg.py:S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0,cifar10 \
       --workdir=runs/augreg_s16
 The model preset is read off the file name's first part (S_16 → ViT-S_16, R26_S_32 → R26+ViT-S_32).
+A bare model name (`configs/augreg.py:B_16,cifar10`) picks the i21k file with the best final
+upstream validation accuracy from index.csv, as the official code does.
 Expected: the paper's fine-tuning numbers, e.g. ~98.5% on CIFAR-10 for S/16 at 384px.
 """
 

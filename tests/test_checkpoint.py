@@ -418,3 +418,16 @@ def test_cut_download_leaves_no_file(cut, fake_remote, tmp_path):
   checkpoint.load(path, cache_dir=str(cache))
   assert len(fake_remote['calls']) == 2
   assert os.listdir(folder) == ['cut.npz']
+
+
+def test_best_augreg_filename_reads_the_index(tmp_path):
+  (tmp_path / 'index.csv').write_text(
+      'name,ds,final_val,filename\n'
+      'B/16,i21k,0.40,B_16-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0\n'
+      'B/16,i21k,0.47,B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0\n'
+      'B/16,i1k,0.90,B_16-i1k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.1-sd_0.1\n'
+      'S/16,i21k,0.99,S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0\n')
+  assert checkpoint.best_augreg_filename('B_16', str(tmp_path)) == (
+      'B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0')
+  with pytest.raises(CheckpointError, match='No i21k AugReg checkpoint'):
+    checkpoint.best_augreg_filename('L_16', str(tmp_path))

@@ -7,6 +7,7 @@ GroupNorm scale/bias are stored as (1, 1, 1, C).
 """
 
 import http.client
+import csv
 import os
 import re
 import sys
@@ -243,6 +244,23 @@ def save(params: Mapping[str, Any], path: str) -> str:
     if os.path.exists(tmp):
       os.remove(tmp)
   return path
+
+
+def best_augreg_filename(name: str, directory: str = PUBLISHED_DIRS['augreg'],
+                         cache_dir: Optional[str] = None) -> str:
+  """The AugReg ImageNet-21k pre-training file of model `name` (e.g. 'B_16') with the best
+  final upstream validation accuracy, read from `directory`/index.csv (as the official code).
+  """
+  with open(resolve(f'{directory.rstrip("/")}/index.csv', cache_dir), newline='') as f:
+    rows = [row for row in csv.DictReader(f)
+            if row['filename'].split('-')[0] == name and row['ds'] == 'i21k']
+  if not rows:
+    raise CheckpointError(f'No i21k AugReg checkpoint for {name!r} in {directory}/index.csv; '
+                          'pass the full file name (without .npz) instead.')
+  best = max(rows, key=lambda row: float(row['final_val']))
+  logging.info('AugReg: picked %s for %s (final_val=%s).', best['filename'], name,
+               best['final_val'])
+  return best['filename']
 
 
 def check_tree(params: Mapping[str, Any], expected: Mapping[str, Any], source: str) -> None:

@@ -139,6 +139,8 @@ def pretrained_path(config: Any) -> Optional[str]:
   if not directory:
     return None
   name = config.get('model_or_filename') or config.model.model_name
+  if config.get('model_or_filename') and '-' not in name:  # An AugReg model name like 'B_16'.
+    name = checkpoint.best_augreg_filename(name, directory)
   return f'{directory.rstrip("/")}/{name}.npz'
 
 
