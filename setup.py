@@ -41,7 +41,7 @@ setuptools.setup(
     version='0.1.0',
     description='Vision Transformer (ViT), hybrid ResNet+ViT and MLP-Mixer in JAX/Flax.',
     packages=setuptools.find_packages(include=['vit_jax', 'vit_jax.*']),
-    package_data={'vit_jax': ['labels/*.txt', 'datasets/*']},
+    package_data={'vit_jax': ['labels/*.txt']},
     python_requires='>=3.10',
     install_requires=INSTALL_REQUIRES,
     extras_require={'test': TESTS_REQUIRE},
