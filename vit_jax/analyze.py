@@ -33,13 +33,7 @@ from vit_jax import predict
 
 def define_flags(fv: flags.FlagValues) -> None:
   """Defines this tool's flags on `fv` (its own FlagValues, so tools can share a process)."""
-  flags.DEFINE_string('checkpoint', None, 'Checkpoint .npz (path, gs://, https://) or a '
-                      'published name such as ViT-B_16.', flag_values=fv)
-  flags.DEFINE_string('model', None, 'Model preset, e.g. ViT-B_16, or a .py file whose '
-                      'get_config() returns a model ConfigDict (custom models); default: '
-                      'guessed from the checkpoint file name.', flag_values=fv)
-  flags.DEFINE_integer('image_size', None, 'Square input side; default: the checkpoint\'s.',
-                       flag_values=fv)
+  cli.define_model_flags(fv, 'Square input side; default: the checkpoint\'s.')
   flags.DEFINE_string('out', None, 'Folder for the PNGs and analysis.json.', flag_values=fv)
   flags.DEFINE_integer('num_components', 28, 'Principal components of the embedding filters '
                        'to draw (the paper shows 28).', flag_values=fv)

@@ -34,14 +34,8 @@ _DEFAULT_LABELS = {1000: 'imagenet1k', 21843: 'imagenet21k', 100: 'cifar100'}
 
 def define_flags(fv: flags.FlagValues) -> None:
   """Defines this tool's flags on `fv` (its own FlagValues, so tools can share a process)."""
-  flags.DEFINE_string('checkpoint', None, 'Checkpoint .npz (path, gs://, https://) or a '
-                      'published name such as ViT-B_16 or augreg/<file stem>.', flag_values=fv)
-  flags.DEFINE_string('model', None, 'Model preset, e.g. ViT-B_16, or a .py file whose '
-                      'get_config() returns a model ConfigDict (custom models); default: '
-                      'guessed from the checkpoint file name.', flag_values=fv)
-  flags.DEFINE_integer('image_size', None, 'Square input side; default: the resolution the '
-                       'checkpoint was trained at (224 if it has no position embeddings).',
-                       flag_values=fv)
+  cli.define_model_flags(fv, 'Square input side; default: the resolution the '
+                          'checkpoint was trained at (224 if it has no position embeddings).')
   flags.DEFINE_integer('top_k', 5, 'Labels to print per image.', flag_values=fv)
   flags.DEFINE_string('labels', None, f'One of {", ".join(LABEL_SETS)} or a text file with one '
                       'label a line; default: the shipped set with as many classes as the head.',
