@@ -190,6 +190,32 @@ class Encoder1DBlock(nn.Module):
     return x + drop_path(y, deterministic=deterministic)
 
 
+def rematerialized(fn: Callable[[Any, Array, Array], Array]) -> Callable[..., Array]:
+  """`fn(params, x, rng)` that keeps only its inputs and recomputes the rest for the gradient.
+
+  Unlike `jax.checkpoint`, the recomputation reads `x + 0 * cotangent`, so it cannot start
+  before the backward pass reaches this call: XLA:CPU removes `jax.checkpoint`'s optimisation
+  barriers early and CSE then merges the recomputation back into the forward pass (no memory
+  saved). The result is the same as `x` for finite cotangents, so gradients are unchanged.
+  """
+
+  @jax.custom_vjp
+  def call(params, x, rng):
+    return fn(params, x, rng)
+
+  def forward(params, x, rng):
+    return fn(params, x, rng), (params, x, rng)
+
+  def backward(residuals, cotangent):
+    params, x, rng = residuals
+    x = x + jnp.zeros_like(x) * cotangent.astype(x.dtype)
+    _, vjp = jax.vjp(lambda p, inputs: fn(p, inputs, rng), params, x)
+    return (*vjp(cotangent), None)
+
+  call.defvjp(forward, backward)
+  return call
+
+
 class Encoder(nn.Module):
   """Position embeddings, `num_layers` blocks named encoderblock_{i}, then `encoder_norm`."""
 
@@ -213,16 +239,33 @@ class Encoder(nn.Module):
       raise ValueError(f'Encoder expects (batch, tokens, hidden), got {x.shape}')
     x = self._add_position_embedding(x, grid_shape)
     x = nn.Dropout(rate=self.dropout_rate)(x, deterministic=not train)
-    # static_argnums counts self: argument 2 is `deterministic`.
-    block_cls = nn.remat(Encoder1DBlock, static_argnums=(2,)) if self.remat else Encoder1DBlock
+    # Blocks are rematerialised only where it matters: when gradients are taken of an `apply`
+    # (not at init, and not while intermediates are being collected for analysis).
+    remat = (self.remat and not self.is_initializing()
+             and not self.is_mutable_collection('intermediates'))
     for i in range(self.num_layers):
       # Stochastic depth grows linearly from 0 (first block) to `stochastic_depth` (last).
       rate = self.stochastic_depth * i / max(self.num_layers - 1, 1)
-      x = block_cls(mlp_dim=self.mlp_dim, num_heads=self.num_heads, dtype=self.dtype,
-                    param_dtype=self.param_dtype, dropout_rate=self.dropout_rate,
-                    attention_dropout_rate=self.attention_dropout_rate, drop_path_rate=rate,
-                    attention_impl=self.attention_impl, name=f'encoderblock_{i}')(x, not train)
+      block = Encoder1DBlock(mlp_dim=self.mlp_dim, num_heads=self.num_heads, dtype=self.dtype,
+                             param_dtype=self.param_dtype, dropout_rate=self.dropout_rate,
+                             attention_dropout_rate=self.attention_dropout_rate,
+                             drop_path_rate=rate, attention_impl=self.attention_impl,
+                             name=f'encoderblock_{i}')
+      x = self._remat_block(block, x, not train) if remat else block(x, not train)
     return nn.LayerNorm(param_dtype=self.param_dtype, name='encoder_norm')(x)
+
+  def _remat_block(self, block: 'Encoder1DBlock', x: Array, deterministic: bool) -> Array:
+    """Runs `block` on its own params, recomputing its activations in the backward pass."""
+    # Without a 'dropout' rng the block raises Flax's own error if one of its rates needs it.
+    random = not deterministic and self.has_rng('dropout')
+    rng = self.make_rng('dropout') if random else None
+    definition = block.clone(parent=None)
+
+    def apply(params, inputs, key):
+      rngs = {'dropout': key} if random else None
+      return definition.apply({'params': params}, inputs, deterministic, rngs=rngs)
+
+    return rematerialized(apply)(block.variables['params'], x, rng)
 
   def _add_position_embedding(self, x: Array, grid_shape: Optional[Tuple[int, int]]) -> Array:
     if not self.add_position_embedding or self.posemb == 'none':
