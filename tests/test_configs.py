@@ -68,3 +68,18 @@ def test_augreg_config_picks_the_preset_from_the_file_name():
   config = module.get_config('R26_S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0,cifar10')
   assert config.model.model_name == 'R26+ViT-S_32'
   assert config.pretrained_dir == 'gs://vit_models/augreg'
+
+
+@pytest.mark.parametrize('name,crop,grid', [('fashion_mnist_quickstart', 28, (4, 4)),
+                                            ('fashion_mnist_full', 28, (7, 7))])
+def test_fashion_mnist_models_build_with_their_token_grids(name, crop, grid):
+  import jax
+  import jax.numpy as jnp
+  from vit_jax import models
+  config = load_config(os.path.join(ROOT, 'configs', f'{name}.py'))[1]
+  config = config.get('pretrain', config)
+  assert config.pp.crop == crop and models.token_grid(config.model, (crop, crop)) == grid
+  model = models.get_model(config.model, num_classes=10)
+  x = jnp.zeros((2, crop, crop, 3))
+  params = model.init(jax.random.key(0), x, train=False)['params']
+  assert model.apply({'params': params}, x, train=False).shape == (2, 10)

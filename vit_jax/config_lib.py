@@ -3,6 +3,8 @@
 Every field has a one-line comment; experiment files only change what differs.
 """
 
+from typing import Optional, Tuple
+
 import ml_collections
 from ml_collections import config_dict
 
@@ -107,11 +109,18 @@ def finetune_config(model: str, dataset: str, **overrides) -> ml_collections.Con
 
 
 def small_vit(name: str, *, patch: int, hidden: int, layers: int, mlp: int, heads: int,
-              dropout: float = 0.) -> ml_collections.ConfigDict:
-  """A ViT ConfigDict outside the official presets (e.g. for 28x28 Fashion-MNIST)."""
+              dropout: float = 0., resnet_layers: Optional[Tuple[int, ...]] = None,
+              ) -> ml_collections.ConfigDict:
+  """A ViT ConfigDict outside the official presets (e.g. for 28x28 Fashion-MNIST).
+
+  `resnet_layers` makes it a hybrid like R+ViT-Ti_16: the official ResNet root (7x7 conv with
+  stride 2, max-pool with stride 2) plus these bottleneck stages run before the patch embedding.
+  """
+  resnet = None if resnet_layers is None else ml_collections.ConfigDict(
+      dict(num_layers=tuple(resnet_layers), width_factor=1))
   model = ml_collections.ConfigDict(dict(
       model_name=name, patches=ml_collections.ConfigDict({'size': (patch, patch)}),
-      hidden_size=hidden, classifier='token', representation_size=None,
+      hidden_size=hidden, classifier='token', representation_size=None, resnet=resnet,
       transformer=ml_collections.ConfigDict(dict(
           num_layers=layers, mlp_dim=mlp, num_heads=heads, dropout_rate=dropout,
           attention_dropout_rate=0.))))
