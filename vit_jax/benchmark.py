@@ -23,7 +23,7 @@ import resource
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from absl import flags
 
@@ -76,24 +76,26 @@ def _timed(fn) -> float:
   return time.perf_counter() - start
 
 
+def _matmul_peak(product: Callable[[], Any], n: int, calls: int) -> float:
+  """fp32 GFLOP/s of the best of `calls` runs of `product` (an n×n matrix product)."""
+  product()  # Warm-up (compiles in JAX).
+  return 2 * n**3 / min(_timed(product) for _ in range(calls)) / 1e9
+
+
 def jax_matmul_peak(n: int = 2048, calls: int = 3) -> float:
-  """fp32 GFLOP/s of the best of `calls` jitted n×n products."""
+  """fp32 GFLOP/s of jitted n×n products."""
   import jax
   import jax.numpy as jnp
   a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
   dot = jax.jit(jnp.dot)
-  dot(a, a).block_until_ready()
-  best = min(_timed(lambda: dot(a, a).block_until_ready()) for _ in range(calls))
-  return 2 * n**3 / best / 1e9
+  return _matmul_peak(lambda: dot(a, a).block_until_ready(), n, calls)
 
 
 def torch_matmul_peak(n: int = 2048, calls: int = 3) -> float:
-  """fp32 GFLOP/s of the best of `calls` torch n×n products."""
+  """fp32 GFLOP/s of torch n×n products."""
   import torch
   a = torch.randn(n, n)
-  a @ a
-  best = min(_timed(lambda: a @ a) for _ in range(calls))
-  return 2 * n**3 / best / 1e9
+  return _matmul_peak(lambda: a @ a, n, calls)
 
 
 def fast_params(model: Any, image: int) -> Any:
@@ -126,13 +128,14 @@ def make_jax_model(fv: flags.FlagValues, plain: bool) -> Any:
                           dtype=fv.dtype, remat=fv.remat)
 
 
-def make_jax_step(model: Any, mode: str):
+def make_jax_step(model: Any, mode: str, params: Any) -> Tuple[Callable[..., Any], Any]:
   """(jitted step, initial state) for 'infer' (forward) or 'train' (one optimiser update)."""
   import jax
+  import jax.numpy as jnp
   import optax
-  tx = optax.chain(optax.clip_by_global_norm(1.0), optax.sgd(0.01, momentum=0.9))
   if mode == 'infer':
-    return jax.jit(lambda params, x, y: model.apply({'params': params}, x, train=False))
+    return jax.jit(lambda params, x, y: model.apply({'params': params}, x, train=False)), params
+  tx = optax.chain(optax.clip_by_global_norm(1.0), optax.sgd(0.01, momentum=0.9))
 
   def train_step(state, x, y):
     params, opt_state, step = state
@@ -144,7 +147,8 @@ def make_jax_step(model: Any, mode: str):
     loss, grads = jax.value_and_grad(loss_fn)(params)
     updates, opt_state = tx.update(grads, opt_state, params)
     return (optax.apply_updates(params, updates), opt_state, step + 1), loss
-  return jax.jit(train_step, donate_argnums=0), tx
+  state = (params, tx.init(params), jnp.zeros((), jnp.int32))
+  return jax.jit(train_step, donate_argnums=0), state
 
 
 def jax_worker(fv: flags.FlagValues, kind: str, mode: str) -> None:
@@ -153,15 +157,10 @@ def jax_worker(fv: flags.FlagValues, kind: str, mode: str) -> None:
   import jax.numpy as jnp
   import numpy as np
   model = make_jax_model(fv, plain=kind == 'plain')
-  params = fast_params(model, fv.image)
   x = jnp.asarray(np.random.default_rng(1).uniform(-1, 1, (fv.batch, fv.image, fv.image, 3)),
                   jnp.float32)
   y = jnp.asarray(np.arange(fv.batch) % fv.num_classes, jnp.int32)
-  if mode == 'infer':
-    step, state = make_jax_step(model, mode), params
-  else:
-    step, tx = make_jax_step(model, mode)
-    state = (params, tx.init(params), jnp.zeros((), jnp.int32))
+  step, state = make_jax_step(model, mode, fast_params(model, fv.image))
   start = time.perf_counter()
   compiled = step.lower(state, x, y).compile()
   compile_s = time.perf_counter() - start
