@@ -71,7 +71,7 @@ def test_augreg_config_picks_the_preset_from_the_file_name():
 
 
 @pytest.mark.parametrize('name,crop,grid', [('fashion_mnist_quickstart', 28, (4, 4)),
-                                            ('fashion_mnist_full', 28, (7, 7))])
+                                            ('fashion_mnist_full', 56, (7, 7))])
 def test_fashion_mnist_models_build_with_their_token_grids(name, crop, grid):
   import jax
   import jax.numpy as jnp
