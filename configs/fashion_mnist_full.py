@@ -12,7 +12,8 @@ tokens and stopped at ~88%.
 AugReg-style regularisation: random translation (reflect-pad 1/8 + crop) and flips, label
 smoothing 0.1, AdamW weight decay 0.05, 1 warmup epoch then cosine. Writes
 runs/fmnist_full/params.npz.
-Expected: the accuracy and wall time measured here for this recipe are in the README's table.
+Expected (measured here, README table): 91.40% test accuracy after 18 epochs, ~2 h on 2 CPU
+cores (148-167 img/s); still rising at the end, below the 93% target.
 """
 
 from vit_jax import config_lib
