@@ -26,7 +26,7 @@ def get_config():
   config.model.attention_impl = 'heads_first'
   config.pp.update(dict(crop=56, train_aug='pad_flip'))
   config.update(dict(
-      pretrained_dir='', total_steps=0, num_epochs=18., optim='adamw', base_lr=2e-3,
+      pretrained_dir='', total_steps=0, num_epochs=40., optim='adamw', base_lr=2e-3,
       weight_decay=0.05, label_smoothing=0.1, warmup_steps=469, decay_type='cosine',
       grad_norm_clip=1., batch=128, batch_eval=1000, accum_steps=1, shuffle_buffer=60_000,
       progress_every=200, eval_every=938, checkpoint_every=938))

