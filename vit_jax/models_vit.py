@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vit_jax import blas_matmul
 from vit_jax import models_resnet
 
 Array = jnp.ndarray
@@ -19,6 +20,8 @@ Dtype = Any
 CLASSIFIERS = ('token', 'gap', 'unpooled', 'token_unpooled')
 POSEMB_KINDS = ('learn', 'learn_2d', 'sincos2d', 'none')
 ATTENTION_IMPLS = ('xla', 'fused', 'heads_first')
+# The dense layers' matmul: XLA's dot, or OpenBLAS through an FFI call on CPU (XLA elsewhere).
+DOT_GENERALS = {'xla': None, 'blas': blas_matmul.dot_general}
 
 
 def posemb_sincos_2d(grid_shape: Tuple[int, int], width: int,
@@ -139,12 +142,14 @@ class MlpBlock(nn.Module):
   dropout_rate: float = 0.1
   kernel_init: Callable[..., Array] = nn.initializers.xavier_uniform()
   bias_init: Callable[..., Array] = nn.initializers.normal(stddev=1e-6)
+  matmul_impl: str = 'xla'
 
   @nn.compact
   def __call__(self, inputs: Array, *, deterministic: bool) -> Array:
     dense = lambda features: nn.Dense(  # noqa: E731
         features, dtype=self.dtype, param_dtype=self.param_dtype,
-        kernel_init=self.kernel_init, bias_init=self.bias_init)
+        kernel_init=self.kernel_init, bias_init=self.bias_init,
+        dot_general=DOT_GENERALS[self.matmul_impl])
     x = nn.gelu(dense(self.mlp_dim)(inputs))
     x = nn.Dropout(rate=self.dropout_rate)(x, deterministic=deterministic)
     x = dense(self.out_dim or inputs.shape[-1])(x)
@@ -165,6 +170,7 @@ class Encoder1DBlock(nn.Module):
   attention_dropout_rate: float = 0.1
   drop_path_rate: float = 0.
   attention_impl: str = 'xla'
+  matmul_impl: str = 'xla'
 
   @nn.compact
   def __call__(self, inputs: Array, deterministic: bool) -> Array:
@@ -180,13 +186,16 @@ class Encoder1DBlock(nn.Module):
         broadcast_dropout=False,
         dropout_rate=self.attention_dropout_rate,
         attention_fn=ATTENTION_FNS[self.attention_impl],
+        qkv_dot_general=DOT_GENERALS[self.matmul_impl],
+        out_dot_general=DOT_GENERALS[self.matmul_impl],
     )(x, x, deterministic=deterministic, sow_weights=sow)
     x = nn.Dropout(rate=self.dropout_rate)(x, deterministic=deterministic)
     x = inputs + drop_path(x, deterministic=deterministic)
 
     y = nn.LayerNorm(dtype=self.dtype, param_dtype=self.param_dtype)(x)
     y = MlpBlock(mlp_dim=self.mlp_dim, dtype=self.dtype, param_dtype=self.param_dtype,
-                 dropout_rate=self.dropout_rate)(y, deterministic=deterministic)
+                 dropout_rate=self.dropout_rate, matmul_impl=self.matmul_impl)(
+                     y, deterministic=deterministic)
     return x + drop_path(y, deterministic=deterministic)
 
 
@@ -229,6 +238,7 @@ class Encoder(nn.Module):
   stochastic_depth: float = 0.
   remat: bool = False
   attention_impl: str = 'xla'
+  matmul_impl: str = 'xla'
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
@@ -250,6 +260,7 @@ class Encoder(nn.Module):
                              param_dtype=self.param_dtype, dropout_rate=self.dropout_rate,
                              attention_dropout_rate=self.attention_dropout_rate,
                              drop_path_rate=rate, attention_impl=self.attention_impl,
+                             matmul_impl=self.matmul_impl,
                              name=f'encoderblock_{i}')
       x = self._remat_block(block, x, not train) if remat else block(x, not train)
     return nn.LayerNorm(param_dtype=self.param_dtype, name='encoder_norm')(x)
@@ -302,6 +313,8 @@ class VisionTransformer(nn.Module):
     remat: rematerialise each encoder block in the backward pass (saves activation memory).
     attention_impl: 'xla' (Flax's einsum-softmax-einsum), 'fused' (jax.nn.dot_product_attention)
       or 'heads_first' (`heads_first_attention`, same maths reordered; fastest on CPU).
+    matmul_impl: 'xla' (XLA's dot) or 'blas' (the encoder's dense layers through OpenBLAS on
+      CPU, `blas_matmul`; XLA's dot on other backends).
   """
 
   num_classes: Optional[int]
@@ -319,11 +332,13 @@ class VisionTransformer(nn.Module):
   param_dtype: Dtype = jnp.float32
   remat: bool = False
   attention_impl: str = 'xla'
+  matmul_impl: str = 'xla'
 
   def __post_init__(self):
     _check_choice('classifier', self.classifier, CLASSIFIERS)
     _check_choice('posemb', self.posemb, POSEMB_KINDS)
     _check_choice('attention_impl', self.attention_impl, ATTENTION_IMPLS)
+    _check_choice('matmul_impl', self.matmul_impl, tuple(DOT_GENERALS))
     super().__post_init__()
 
   @nn.compact
@@ -345,8 +360,8 @@ class VisionTransformer(nn.Module):
         x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (n, 1, 1)), x], axis=1)
       x = Encoder(name='Transformer', posemb=self.posemb,
                   stochastic_depth=self.stochastic_depth, remat=self.remat,
-                  attention_impl=self.attention_impl, dtype=self.dtype,
-                  param_dtype=self.param_dtype, **self.transformer)(
+                  attention_impl=self.attention_impl, matmul_impl=self.matmul_impl,
+                  dtype=self.dtype, param_dtype=self.param_dtype, **self.transformer)(
                       x, train=train, grid_shape=(h, w))
     x = self._pool(x)
     x = self.sow_features('pre_logits_input', x)
