@@ -39,6 +39,21 @@ def test_matmul_values_and_gradients(trans_a, trans_b, m, k, n):
     close(got, want)
 
 
+@pytest.mark.parametrize('trans_b', [False, True])
+def test_batched_matmul_values_and_gradients(trans_b):
+  """Attention's products: a stack of matrices, one block of work each."""
+  a, b = normal((2, 3, 7, 5), 7), normal((2, 3, 6, 5) if trans_b else (2, 3, 5, 6), 8)
+  ref = lambda a, b: jnp.matmul(a, jnp.swapaxes(b, -1, -2) if trans_b else b)  # noqa: E731
+  ours = lambda a, b: blas_matmul.batched_matmul(a, b, trans_b)  # noqa: E731
+  assert blas_matmul.TARGET in str(jax.make_jaxpr(ours)(a, b))
+  close(jax.jit(ours)(a, b), ref(a, b))
+  loss = lambda f: lambda a, b: jnp.sum(jnp.sin(f(a, b)))  # noqa: E731
+  for got, want in zip(jax.grad(loss(ours), (0, 1))(a, b), jax.grad(loss(ref), (0, 1))(a, b)):
+    close(got, want)
+  bf16 = [t.astype(jnp.bfloat16) for t in (a, b)]  # Other dtypes: jnp.matmul unchanged.
+  assert blas_matmul.TARGET not in str(jax.make_jaxpr(ours)(*bf16))
+
+
 def test_empty_contraction_is_zeros():
   out = blas_matmul.matmul(jnp.ones((3, 0)), jnp.ones((0, 4)))
   np.testing.assert_array_equal(out, np.zeros((3, 4), np.float32))
@@ -104,7 +119,11 @@ def test_vit_blas_matches_xla_logits_and_gradients():
   assert jax.tree.structure(blas.init(key, x, train=False)['params']) == jax.tree.structure(
       params)
   a = plain.apply({'params': params}, x, train=False)
-  b = jax.jit(lambda p: blas.apply({'params': p}, x, train=False))(params)
+  forward = lambda p: blas.apply({'params': p}, x, train=False)  # noqa: E731
+  # Every encoder matmul (dense layers and both attention products) goes through OpenBLAS;
+  # only the head keeps XLA's dot (the embedding is a convolution).
+  assert str(jax.make_jaxpr(forward)(params)).count('dot_general') == 1
+  b = jax.jit(forward)(params)
   assert np.abs(a - b).max() <= 2e-5 * np.abs(a).max()
 
   def grads(model):

@@ -95,19 +95,26 @@ def register() -> None:
 
 
 def _gemm(a: jax.Array, b: jax.Array, trans_a: bool, trans_b: bool) -> jax.Array:
-  """op(a) @ op(b) for 2-D float32 arrays, op = transpose where asked, by one FFI call."""
+  """op(a) @ op(b) for float32 matrices or stacks of them, by one FFI call.
+
+  op transposes the last two axes where asked; 3-D operands share their leading (batch) axis.
+  """
   register()
-  m = a.shape[1] if trans_a else a.shape[0]
-  n = b.shape[0] if trans_b else b.shape[1]
-  call = jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct((1, m, n), jnp.float32),
+  batched = a.ndim == 3
+  if not batched:
+    a, b = a[None], b[None]
+  m = a.shape[2] if trans_a else a.shape[1]
+  n = b.shape[1] if trans_b else b.shape[2]
+  call = jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct((a.shape[0], m, n), jnp.float32),
                           vmap_method='sequential')
-  return call(a[None], b[None], trans_a=trans_a, trans_b=trans_b)[0]
+  out = call(a, b, trans_a=trans_a, trans_b=trans_b)
+  return out if batched else out[0]
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
 def matmul(a: jax.Array, b: jax.Array, trans_a: bool = False,
            trans_b: bool = False) -> jax.Array:
-  """Differentiable op(a) @ op(b) (2-D, float32): every product, backward included, is BLAS."""
+  """Differentiable op(a) @ op(b), float32, 2-D or 3-D (batched): the backward is BLAS too."""
   return _gemm(a, b, trans_a, trans_b)
 
 
@@ -149,8 +156,7 @@ def dot_general(lhs: jax.Array, rhs: jax.Array,
   else (other backends, dtypes or contraction layouts) is `lax.dot_general` unchanged.
   """
   count = _is_plain_contraction(lhs.ndim, dimension_numbers)
-  if (count is None or jax.default_backend() != 'cpu' or kwargs
-      or lhs.dtype != jnp.float32 or rhs.dtype != jnp.float32
+  if (count is None or kwargs or not _use_blas(lhs, rhs)
       or preferred_element_type not in (None, jnp.float32)):
     return lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
                            preferred_element_type=preferred_element_type, **kwargs)
@@ -159,3 +165,20 @@ def dot_general(lhs: jax.Array, rhs: jax.Array,
   a = lhs.reshape(math.prod(free_lhs), contracted)
   b = rhs.reshape(contracted, math.prod(free_rhs))
   return matmul(a, b).reshape(*free_lhs, *free_rhs)
+
+
+def _use_blas(*operands: jax.Array) -> bool:
+  return jax.default_backend() == 'cpu' and all(x.dtype == jnp.float32 for x in operands)
+
+
+def batched_matmul(a: jax.Array, b: jax.Array, trans_b: bool = False) -> jax.Array:
+  """`a @ b` (or `a @ swapaxes(b, -1, -2)`) over equal leading axes, as in attention.
+
+  OpenBLAS on CPU for float32 (each matrix of the stack is one block of work); `jnp.matmul`
+  otherwise.
+  """
+  if not _use_blas(a, b) or a.shape[:-2] != b.shape[:-2]:
+    return jnp.matmul(a, jnp.swapaxes(b, -1, -2) if trans_b else b)
+  lead = a.shape[:-2]
+  out = matmul(a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]), False, trans_b)
+  return out.reshape(*lead, *out.shape[-2:])
