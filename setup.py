@@ -19,8 +19,6 @@ INSTALL_REQUIRES = [
     'orbax-checkpoint>=0.12.8',
     'pillow>=10.0',
     'scipy>=1.13',
-    # OpenBLAS for matmul_impl='blas' (CPU dense layers; built on first use with g++).
-    'scipy-openblas32>=0.3.30; platform_system == "Linux"',
     'tensorboard>=2.21.0',  # clu's metric writers need it but do not declare it.
     'tensorflow-cpu>=2.21.0; platform_machine == "x86_64"',
     'tensorflow>=2.21.0; platform_machine != "x86_64"',
@@ -43,7 +41,7 @@ setuptools.setup(
     version='0.1.0',
     description='Vision Transformer (ViT), hybrid ResNet+ViT and MLP-Mixer in JAX/Flax.',
     packages=setuptools.find_packages(include=['vit_jax', 'vit_jax.*']),
-    package_data={'vit_jax': ['labels/*.txt', 'csrc/*.cc']},
+    package_data={'vit_jax': ['labels/*.txt']},
     python_requires='>=3.10',
     install_requires=INSTALL_REQUIRES,
     extras_require={'test': TESTS_REQUIRE},

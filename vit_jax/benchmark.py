@@ -44,9 +44,6 @@ def define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_alias('vs_timm', 'vs-timm', flag_values=fv)
   flags.DEFINE_enum('attention_impl', 'xla', ['xla', 'fused', 'heads_first'],
                     'Attention implementation of "ours".', flag_values=fv)
-  flags.DEFINE_enum('matmul_impl', 'xla', ['xla', 'blas'],
-                    'Dense-layer matmuls of "ours" (blas: OpenBLAS FFI call on CPU).',
-                    flag_values=fv)
   flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype of "ours".',
                     flag_values=fv)
   flags.DEFINE_bool('remat', False, 'Rematerialise each encoder block ("ours").', flag_values=fv)
@@ -128,7 +125,7 @@ def make_jax_model(fv: flags.FlagValues, plain: bool) -> Any:
   if plain:
     return models.get_model(fv.model, num_classes=fv.num_classes)
   return models.get_model(fv.model, num_classes=fv.num_classes, attention_impl=fv.attention_impl,
-                          matmul_impl=fv.matmul_impl, dtype=fv.dtype, remat=fv.remat)
+                          dtype=fv.dtype, remat=fv.remat)
 
 
 def make_jax_step(model: Any, mode: str, params: Any) -> Tuple[Callable[..., Any], Any]:
@@ -286,16 +283,14 @@ class Worker:
 
 
 def variant_names(fv: flags.FlagValues) -> List[str]:
-  plain_config = (fv.attention_impl, fv.matmul_impl, fv.dtype, fv.remat) == (
-      'xla', 'xla', 'float32', False)
+  plain_config = (fv.attention_impl, fv.dtype, fv.remat) == ('xla', 'float32', False)
   names = ['ours'] + (['plain'] if fv.plain and not plain_config else [])
   return names + (['timm'] if fv.vs_timm else [])
 
 
 def describe(fv: flags.FlagValues, name: str) -> str:
   if name == 'ours':
-    return (f'ours[{fv.attention_impl},{fv.matmul_impl},{fv.dtype}'
-            f'{",remat" if fv.remat else ""}]')
+    return f'ours[{fv.attention_impl},{fv.dtype}{",remat" if fv.remat else ""}]'
   return {'plain': 'plain[xla,float32]', 'timm': 'timm eager'}[name]
 
 

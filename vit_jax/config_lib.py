@@ -29,7 +29,6 @@ VIT_EXTRAS = dict(
     dtype='float32',  # Compute dtype; 'bfloat16' for accelerators (params stay float32).
     remat=False,  # Recompute each block in backward: less activation memory.
     attention_impl='xla',  # 'heads_first' (fastest on CPU) or 'fused' (cuDNN flash on GPU).
-    matmul_impl='xla',  # 'blas': dense layers through OpenBLAS on CPU (XLA's dot elsewhere).
     head_bias_init=0.,  # -10 for sigmoid pretraining (big_vision i21k).
 )
 

@@ -4,7 +4,6 @@ Defaults reproduce the official `vit_jax` architecture exactly; the extra fields
 embedding variants, stochastic depth, dtypes, remat, fused attention) are off by default.
 """
 
-import functools
 from typing import Any, Callable, Optional, Sequence, Tuple
 
 import flax.linen as nn
@@ -12,7 +11,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vit_jax import blas_matmul
 from vit_jax import models_resnet
 
 Array = jnp.ndarray
@@ -21,8 +19,6 @@ Dtype = Any
 CLASSIFIERS = ('token', 'gap', 'unpooled', 'token_unpooled')
 POSEMB_KINDS = ('learn', 'learn_2d', 'sincos2d', 'none')
 ATTENTION_IMPLS = ('xla', 'fused', 'heads_first')
-# The dense layers' matmul: XLA's dot, or OpenBLAS through an FFI call on CPU (XLA elsewhere).
-DOT_GENERALS = {'xla': None, 'blas': blas_matmul.dot_general}
 
 
 def posemb_sincos_2d(grid_shape: Tuple[int, int], width: int,
@@ -107,43 +103,30 @@ def _attention_fn(core: Callable[[Array, Array, Array], Array]) -> Callable[...,
   return attention_fn
 
 
-def _heads_first_core(query: Array, key: Array, value: Array, *,
-                      batched_matmul: Optional[Callable[..., Array]] = None) -> Array:
+def _heads_first_core(query: Array, key: Array, value: Array) -> Array:
   """Faster on CPU: heads-major matmuls, normalisation after the weighted sum.
 
   Same maths as Flax's default, reordered for XLA:CPU: q, k, v go to (batch, heads, tokens,
   dim) so both products are plain batched matmuls (Flax's 'bqhd,bkhd->bhqk' einsums ran at
   14 GFLOP/s for ViT-Ti/16 at batch 32, this at ~45), and the softmax denominator divides the
   (tokens, dim) output instead of the (tokens, tokens) weights. fp32 outputs match the default
-  to ~4e-7 relative. `batched_matmul(a, b, trans_b)` does both products (default jnp.matmul).
+  to ~4e-7 relative.
   """
-  matmul = batched_matmul or (
-      lambda a, b, trans_b=False: jnp.matmul(a, jnp.swapaxes(b, -1, -2) if trans_b else b))
   query = query / jnp.sqrt(query.shape[-1]).astype(query.dtype)
   query, key, value = (jnp.swapaxes(t, -3, -2) for t in (query, key, value))
-  scores = matmul(query, key, trans_b=True)
+  scores = jnp.matmul(query, jnp.swapaxes(key, -1, -2))
   weights = jnp.exp(scores - jax.lax.stop_gradient(scores.max(axis=-1, keepdims=True)))
-  out = matmul(weights, value) / weights.sum(axis=-1, keepdims=True)
+  out = jnp.matmul(weights, value) / weights.sum(axis=-1, keepdims=True)
   return jnp.swapaxes(out, -3, -2)
 
 
 # jax.nn.dot_product_attention lets XLA pick cuDNN flash attention on GPU.
 fused_attention = _attention_fn(jax.nn.dot_product_attention)
 heads_first_attention = _attention_fn(_heads_first_core)
-# heads_first with both products through OpenBLAS on CPU (matmul_impl='blas').
-heads_first_blas_attention = _attention_fn(
-    functools.partial(_heads_first_core, batched_matmul=blas_matmul.batched_matmul))
-heads_first_blas_attention.__doc__ = _heads_first_core.__doc__
 
 
 ATTENTION_FNS = {'xla': nn.dot_product_attention, 'fused': fused_attention,
                  'heads_first': heads_first_attention}
-
-
-def attention_fn(attention_impl: str, matmul_impl: str) -> Callable[..., Array]:
-  if (attention_impl, matmul_impl) == ('heads_first', 'blas'):
-    return heads_first_blas_attention
-  return ATTENTION_FNS[attention_impl]
 
 
 class MlpBlock(nn.Module):
@@ -156,14 +139,12 @@ class MlpBlock(nn.Module):
   dropout_rate: float = 0.1
   kernel_init: Callable[..., Array] = nn.initializers.xavier_uniform()
   bias_init: Callable[..., Array] = nn.initializers.normal(stddev=1e-6)
-  matmul_impl: str = 'xla'
 
   @nn.compact
   def __call__(self, inputs: Array, *, deterministic: bool) -> Array:
     dense = lambda features: nn.Dense(  # noqa: E731
         features, dtype=self.dtype, param_dtype=self.param_dtype,
-        kernel_init=self.kernel_init, bias_init=self.bias_init,
-        dot_general=DOT_GENERALS[self.matmul_impl])
+        kernel_init=self.kernel_init, bias_init=self.bias_init)
     x = nn.gelu(dense(self.mlp_dim)(inputs))
     x = nn.Dropout(rate=self.dropout_rate)(x, deterministic=deterministic)
     x = dense(self.out_dim or inputs.shape[-1])(x)
@@ -184,7 +165,6 @@ class Encoder1DBlock(nn.Module):
   attention_dropout_rate: float = 0.1
   drop_path_rate: float = 0.
   attention_impl: str = 'xla'
-  matmul_impl: str = 'xla'
 
   @nn.compact
   def __call__(self, inputs: Array, deterministic: bool) -> Array:
@@ -199,17 +179,14 @@ class Encoder1DBlock(nn.Module):
         kernel_init=nn.initializers.xavier_uniform(),
         broadcast_dropout=False,
         dropout_rate=self.attention_dropout_rate,
-        attention_fn=attention_fn(self.attention_impl, self.matmul_impl),
-        qkv_dot_general=DOT_GENERALS[self.matmul_impl],
-        out_dot_general=DOT_GENERALS[self.matmul_impl],
+        attention_fn=ATTENTION_FNS[self.attention_impl],
     )(x, x, deterministic=deterministic, sow_weights=sow)
     x = nn.Dropout(rate=self.dropout_rate)(x, deterministic=deterministic)
     x = inputs + drop_path(x, deterministic=deterministic)
 
     y = nn.LayerNorm(dtype=self.dtype, param_dtype=self.param_dtype)(x)
     y = MlpBlock(mlp_dim=self.mlp_dim, dtype=self.dtype, param_dtype=self.param_dtype,
-                 dropout_rate=self.dropout_rate, matmul_impl=self.matmul_impl)(
-                     y, deterministic=deterministic)
+                 dropout_rate=self.dropout_rate)(y, deterministic=deterministic)
     return x + drop_path(y, deterministic=deterministic)
 
 
@@ -252,7 +229,6 @@ class Encoder(nn.Module):
   stochastic_depth: float = 0.
   remat: bool = False
   attention_impl: str = 'xla'
-  matmul_impl: str = 'xla'
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
@@ -274,7 +250,6 @@ class Encoder(nn.Module):
                              param_dtype=self.param_dtype, dropout_rate=self.dropout_rate,
                              attention_dropout_rate=self.attention_dropout_rate,
                              drop_path_rate=rate, attention_impl=self.attention_impl,
-                             matmul_impl=self.matmul_impl,
                              name=f'encoderblock_{i}')
       x = self._remat_block(block, x, not train) if remat else block(x, not train)
     return nn.LayerNorm(param_dtype=self.param_dtype, name='encoder_norm')(x)
@@ -327,8 +302,6 @@ class VisionTransformer(nn.Module):
     remat: rematerialise each encoder block in the backward pass (saves activation memory).
     attention_impl: 'xla' (Flax's einsum-softmax-einsum), 'fused' (jax.nn.dot_product_attention)
       or 'heads_first' (`heads_first_attention`, same maths reordered; fastest on CPU).
-    matmul_impl: 'xla' (XLA's dot) or 'blas' (the encoder's dense layers through OpenBLAS on
-      CPU, `blas_matmul`; XLA's dot on other backends).
   """
 
   num_classes: Optional[int]
@@ -346,13 +319,11 @@ class VisionTransformer(nn.Module):
   param_dtype: Dtype = jnp.float32
   remat: bool = False
   attention_impl: str = 'xla'
-  matmul_impl: str = 'xla'
 
   def __post_init__(self):
     _check_choice('classifier', self.classifier, CLASSIFIERS)
     _check_choice('posemb', self.posemb, POSEMB_KINDS)
     _check_choice('attention_impl', self.attention_impl, ATTENTION_IMPLS)
-    _check_choice('matmul_impl', self.matmul_impl, tuple(DOT_GENERALS))
     super().__post_init__()
 
   @nn.compact
@@ -374,8 +345,8 @@ class VisionTransformer(nn.Module):
         x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (n, 1, 1)), x], axis=1)
       x = Encoder(name='Transformer', posemb=self.posemb,
                   stochastic_depth=self.stochastic_depth, remat=self.remat,
-                  attention_impl=self.attention_impl, matmul_impl=self.matmul_impl,
-                  dtype=self.dtype, param_dtype=self.param_dtype, **self.transformer)(
+                  attention_impl=self.attention_impl, dtype=self.dtype,
+                  param_dtype=self.param_dtype, **self.transformer)(
                       x, train=train, grid_shape=(h, w))
     x = self._pool(x)
     x = self.sow_features('pre_logits_input', x)
