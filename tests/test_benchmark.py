@@ -8,7 +8,7 @@ import pytest
 from vit_jax import benchmark
 from vit_jax import models
 
-FIELDS = ('compile_s', 'step_ms med/min/max', 'images/s', 'img/s/core', 'peak_rss_MB',
+FIELDS = ('compile_s', 'step_ms med/min/max', 'images/s', 'img/s/core', 'peak_mem_MB',
           'matmul_GFLOP/s', 'MFU', 'GFLOP/image')
 
 
@@ -22,6 +22,7 @@ def test_benchmark_smoke(mode, capsys):
     assert field in out
   assert 'ours[heads_first,float32]' in out and 'plain[xla,float32]' in out
   assert 'speed-up ours/plain' in out
+  assert 'ours[heads_first,float32]=cpu' in out  # Every variant says where it ran.
   assert 'logits_rel_diff' in out
   if mode == 'train':
     assert 'grads_rel_diff' in out

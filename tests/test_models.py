@@ -458,6 +458,32 @@ def test_fused_attention_matches_plain():
   assert np.abs(a - b).max() <= 2e-5 * np.abs(a).max()
 
 
+@pytest.mark.parametrize('backend,dtype,cudnn_fails,expected', [
+    ('cpu', jnp.bfloat16, False, ['xla']),
+    ('gpu', jnp.float32, False, ['xla']),
+    ('gpu', jnp.bfloat16, False, ['cudnn']),
+    ('gpu', jnp.bfloat16, True, ['cudnn', 'xla']),  # Rejected shape/dtype: XLA, same maths.
+])
+def test_fused_attention_asks_for_cudnn_only_where_it_applies(monkeypatch, backend, dtype,
+                                                              cudnn_fails, expected):
+  real, asked = jax.nn.dot_product_attention, []
+
+  def spy(q, k, v, *, implementation=None):
+    asked.append(implementation)
+    if implementation == 'cudnn':
+      if cudnn_fails:
+        raise NotImplementedError('cuDNN rejects this')
+      implementation = 'xla'  # No GPU here: compute it the XLA way.
+    return real(q, k, v, implementation=implementation)
+  monkeypatch.setattr(jax.nn, 'dot_product_attention', spy)
+  monkeypatch.setattr(jax, 'default_backend', lambda: backend)
+  q, k, v = (jax.random.normal(jax.random.key(i), (2, 5, 2, 8)).astype(dtype) for i in range(3))
+  out = models_vit._fused_core(q, k, v)
+  assert asked == expected
+  np.testing.assert_allclose(np.asarray(out, np.float32),
+                             np.asarray(real(q, k, v, implementation='xla'), np.float32))
+
+
 def test_bfloat16_close_to_float32():
   x = images(2, 32, 32)
   fp32, bf16 = tiny(), tiny(dtype=jnp.bfloat16)

@@ -3,7 +3,7 @@
   python -m vit_jax.benchmark --model=ViT-B_16 --image=224 --batch=8 --mode=train --vs-timm \\
       --attention_impl=heads_first --repeats=5
 
-Each variant runs in its own worker process (so the peak RSS it reports is its own, and JAX
+Each variant runs in its own worker process (so the peak memory it reports is its own, and JAX
 and torch never share a process): 'ours' (the flags given), 'plain' (the official path:
 attention_impl='xla', float32, no remat; skipped when 'ours' is already that) and, with
 --vs-timm, the equivalent timm model (act_layer='gelu_tanh', eager, torch.set_num_threads =
@@ -11,8 +11,15 @@ cores). After compile and warm-up the workers take one step each in turn, `repea
 the ratios are taken under the same load. Train mode is one step of softmax cross-entropy,
 global-norm clip 1.0 and SGD momentum 0.9 (jitted with donated buffers for JAX). MFU is the
 analytic FLOPs (`vit_jax.flops`, ×3 for a train step) per second over the framework's own
-fp32 matmul peak, measured in the same worker with a 2048² product. `--check` also compares
-the logits (and, in train mode, the gradients) of 'ours' with 'plain' at the same weights.
+matmul peak in the compute dtype, measured in the same worker with a 2048² product. `--check`
+also compares the logits (and, in train mode, the gradients) of 'ours' with 'plain'.
+
+On an accelerator every variant runs on it: timm moves to CUDA when torch sees a GPU, timing
+waits for the device (block_until_ready / cuda.synchronize), memory is the device's peak
+allocation instead of the host's RSS, JAX workers do not preallocate (several share one GPU),
+and fp32 matmuls use TF32 in both frameworks (JAX's default precision on GPU; torch is told to
+match). With --dtype=bfloat16 timm runs under torch.autocast(bfloat16), the same mixed precision
+(bf16 compute, fp32 params and softmax/LayerNorm statistics).
 
 Nothing here imports TensorFlow (timm would crash after it in the same process).
 """
@@ -66,6 +73,22 @@ def peak_rss_mb() -> float:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def jax_peak_mb() -> float:
+  """Peak device allocation on an accelerator, else the process's peak RSS."""
+  import jax
+  device = jax.local_devices()[0]
+  stats = device.memory_stats() if device.platform != 'cpu' else None
+  if stats and 'peak_bytes_in_use' in stats:
+    return stats['peak_bytes_in_use'] / 2**20
+  return peak_rss_mb()
+
+
+def jax_device() -> str:
+  import jax
+  device = jax.local_devices()[0]
+  return 'cpu' if device.platform == 'cpu' else f'{device.platform}:{device.device_kind}'
+
+
 def cores() -> int:
   return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
 
@@ -82,20 +105,40 @@ def _matmul_peak(product: Callable[[], Any], n: int, calls: int) -> float:
   return 2 * n**3 / min(_timed(product) for _ in range(calls)) / 1e9
 
 
-def jax_matmul_peak(n: int = 2048, calls: int = 3) -> float:
-  """fp32 GFLOP/s of jitted n×n products."""
+def jax_matmul_peak(n: int = 2048, calls: int = 3, dtype: str = 'float32') -> float:
+  """GFLOP/s of jitted n×n products in `dtype` on JAX's default device."""
   import jax
   import jax.numpy as jnp
-  a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
+  if jax.default_backend() != 'cpu':
+    n, calls = 8192, 10  # Enough work per call to hide launch overhead.
+  a = jax.random.normal(jax.random.key(0), (n, n), jnp.dtype(dtype))
   dot = jax.jit(jnp.dot)
   return _matmul_peak(lambda: dot(a, a).block_until_ready(), n, calls)
 
 
-def torch_matmul_peak(n: int = 2048, calls: int = 3) -> float:
-  """fp32 GFLOP/s of torch n×n products."""
+def torch_device() -> str:
   import torch
-  a = torch.randn(n, n)
-  return _matmul_peak(lambda: a @ a, n, calls)
+  return 'cuda' if torch.cuda.is_available() else 'cpu'
+
+
+def torch_sync() -> None:
+  import torch
+  if torch.cuda.is_available():
+    torch.cuda.synchronize()
+
+
+def torch_matmul_peak(n: int = 2048, calls: int = 3, dtype: str = 'float32') -> float:
+  """GFLOP/s of torch n×n products in `dtype` on the device timm runs on."""
+  import torch
+  device = torch_device()
+  if device != 'cpu':
+    n, calls = 8192, 10
+  a = torch.randn(n, n, device=device, dtype=getattr(torch, dtype))
+
+  def product():
+    a @ a
+    torch_sync()
+  return _matmul_peak(product, n, calls)
 
 
 def fast_params(model: Any, image: int) -> Any:
@@ -160,7 +203,8 @@ def jax_worker(fv: flags.FlagValues, kind: str, mode: str) -> None:
   x = jnp.asarray(np.random.default_rng(1).uniform(-1, 1, (fv.batch, fv.image, fv.image, 3)),
                   jnp.float32)
   y = jnp.asarray(np.arange(fv.batch) % fv.num_classes, jnp.int32)
-  step, state = make_jax_step(model, mode, fast_params(model, fv.image))
+  # On the device once: a host (NumPy) tree would be copied to it again on every call.
+  step, state = make_jax_step(model, mode, jax.device_put(fast_params(model, fv.image)))
   start = time.perf_counter()
   compiled = step.lower(state, x, y).compile()
   compile_s = time.perf_counter() - start
@@ -173,53 +217,70 @@ def jax_worker(fv: flags.FlagValues, kind: str, mode: str) -> None:
     jax.block_until_ready(out)
   for _ in range(fv.warmup):
     run()
-  peak = jax_matmul_peak()
-  _emit(ready=True, compile_s=compile_s)
-  _serve(run, peak, jax_matmul_peak)
+  dtype = 'float32' if kind == 'plain' else fv.dtype
+  probe = lambda: jax_matmul_peak(dtype=dtype)  # noqa: E731
+  # On an accelerator the probe's 8192² operands would count in the peak memory: probe at the end.
+  peak = probe() if jax.default_backend() == 'cpu' else 0.
+  _emit(ready=True, compile_s=compile_s, device=jax_device())
+  _serve(run, peak, probe, jax_peak_mb)
 
 
 def timm_worker(fv: flags.FlagValues, mode: str) -> None:
-  """The timm counterpart of `jax_worker` (eager, torch threads = cores)."""
+  """The timm counterpart of `jax_worker` (eager, torch threads = cores; CUDA if present)."""
+  import contextlib
   import torch
   from timm.models.vision_transformer import VisionTransformer
   torch.set_num_threads(cores())
+  device = torch_device()
+  if device == 'cuda':  # JAX's default fp32 matmul/conv precision on GPU is TF32: match it.
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
   c = json.loads(fv.timm_config)  # From the parent: importing vit_jax.models loads jax.
   model = VisionTransformer(
       img_size=fv.image, patch_size=c['patch'], embed_dim=c['hidden'], depth=c['layers'],
       num_heads=c['heads'], mlp_ratio=c['mlp'] / c['hidden'], num_classes=fv.num_classes,
-      act_layer='gelu_tanh', proj_drop_rate=c['dropout'], pos_drop_rate=c['dropout'])
-  x = torch.rand(fv.batch, 3, fv.image, fv.image) * 2 - 1
-  y = torch.arange(fv.batch) % fv.num_classes
+      act_layer='gelu_tanh', proj_drop_rate=c['dropout'], pos_drop_rate=c['dropout']).to(device)
+  x = torch.rand(fv.batch, 3, fv.image, fv.image, device=device) * 2 - 1
+  y = torch.arange(fv.batch, device=device) % fv.num_classes
   opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+  mixed = (lambda: torch.autocast(device, dtype=torch.bfloat16)) if fv.dtype == 'bfloat16' else (
+      contextlib.nullcontext)
 
   def run():
     if mode == 'infer':
-      with torch.inference_mode():
+      with torch.inference_mode(), mixed():
         model(x)
+      torch_sync()
       return
-    loss = torch.nn.functional.cross_entropy(model(x), y)
+    with mixed():
+      loss = torch.nn.functional.cross_entropy(model(x), y)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
+    torch_sync()
   model.train(mode == 'train')
   start = time.perf_counter()
   run()  # Eager: the first step stands in for "compile".
   compile_s = time.perf_counter() - start
   for _ in range(fv.warmup - 1):
     run()
-  peak = torch_matmul_peak()
-  _emit(ready=True, compile_s=compile_s)
-  _serve(run, peak, torch_matmul_peak)
+  probe = lambda: torch_matmul_peak(dtype=fv.dtype)  # noqa: E731
+  peak = probe() if device == 'cpu' else 0.  # As in jax_worker.
+  _emit(ready=True, compile_s=compile_s,
+        device='cpu' if device == 'cpu' else f'cuda:{torch.cuda.get_device_name()}')
+  _serve(run, peak, probe, lambda: (torch.cuda.max_memory_allocated() / 2**20
+                                    if device == 'cuda' else peak_rss_mb()))
 
 
-def _serve(run, peak: float, probe) -> None:
+def _serve(run, peak: float, probe: Callable[[], float], peak_mb: Callable[[], float]) -> None:
   for line in sys.stdin:
     if line.strip() == 'step':
       _emit(step_s=_timed(run))
     else:
       break
-  _emit(peak_rss_mb=peak_rss_mb(), matmul_gflops=max(peak, probe()))
+  memory = peak_mb()  # Before the last probe: its 8192² operands are not the model's.
+  _emit(peak_mem_mb=memory, matmul_gflops=max(peak, probe()))
 
 
 def check_worker(fv: flags.FlagValues, mode: str) -> None:
@@ -259,7 +320,10 @@ class Worker:
     self.kind = kind
     cmd = [sys.executable, '-m', 'vit_jax.benchmark', *argv, f'--worker={kind}',
            f'--mode={mode}']
-    self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    # Several JAX workers share one accelerator: none may grab most of its memory up front.
+    env = {'XLA_PYTHON_CLIENT_PREALLOCATE': 'false', **os.environ}
+    self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                 env=env)
     self.info: Dict[str, Any] = {}
     self.steps: List[float] = []
 
@@ -314,7 +378,7 @@ def run_mode(fv: flags.FlagValues, mode: str, argv: Sequence[str]) -> str:
            f'forward (analytic{", ×3 per train step" if mode == "train" else ""}), {n} cores, '
            f'XLA_FLAGS={os.environ.get("XLA_FLAGS", "")!r}',
            f'  {"variant":28s} {"compile_s":>9s} {"step_ms med/min/max":>22s} '
-           f'{"images/s":>9s} {"img/s/core":>10s} {"peak_rss_MB":>11s} {"matmul_GFLOP/s":>14s} '
+           f'{"images/s":>9s} {"img/s/core":>10s} {"peak_mem_MB":>11s} {"matmul_GFLOP/s":>14s} '
            f'{"MFU":>6s}']
   speed = {}
   for w in workers:
@@ -324,8 +388,11 @@ def run_mode(fv: flags.FlagValues, mode: str, argv: Sequence[str]) -> str:
     mfu = step_gflop / med / w.info['matmul_gflops']
     lines.append(f'  {describe(fv, w.kind):28s} {w.info["compile_s"]:9.2f} '
                  f'{f"{med * 1e3:.1f}/{t.min() * 1e3:.1f}/{t.max() * 1e3:.1f}":>22s} '
-                 f'{speed[w.kind]:9.2f} {speed[w.kind] / n:10.2f} {w.info["peak_rss_mb"]:11.0f} '
+                 f'{speed[w.kind]:9.2f} {speed[w.kind] / n:10.2f} {w.info["peak_mem_mb"]:11.0f} '
                  f'{w.info["matmul_gflops"]:14.1f} {mfu:6.1%}')
+  lines.append('  devices: ' + ', '.join(f'{describe(fv, w.kind)}={w.info["device"]}'
+                                         for w in workers) +
+               ' (peak_mem: device allocation on accelerators, process RSS on CPU)')
   for other in ('plain', 'timm'):
     if other in speed:
       lines.append(f'  speed-up ours/{other}: {speed["ours"] / speed[other]:.2f}x')
