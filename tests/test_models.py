@@ -468,15 +468,17 @@ def test_fused_attention_asks_for_cudnn_only_where_it_applies(monkeypatch, backe
                                                               cudnn_fails, expected):
   real, asked = jax.nn.dot_product_attention, []
 
-  def spy(q, k, v, *, implementation=None):
+  def spy(q, k, v, *, implementation=None, **kwargs):
     asked.append(implementation)
     if implementation == 'cudnn':
       if cudnn_fails:
         raise NotImplementedError('cuDNN rejects this')
-      implementation = 'xla'  # No GPU here: compute it the XLA way.
-    return real(q, k, v, implementation=implementation)
+      assert q.shape[1] % 2 == 0, 'cuDNN gets an even token count (its training kernels need it)'
+      implementation = 'xla'  # No GPU here: compute it the XLA way, same arguments.
+    return real(q, k, v, implementation=implementation, **kwargs)
   monkeypatch.setattr(jax.nn, 'dot_product_attention', spy)
   monkeypatch.setattr(jax, 'default_backend', lambda: backend)
+  # 5 tokens (odd, like ViT's 197): the cuDNN call gets one masked padding token.
   q, k, v = (jax.random.normal(jax.random.key(i), (2, 5, 2, 8)).astype(dtype) for i in range(3))
   out = models_vit._fused_core(q, k, v)
   assert asked == expected

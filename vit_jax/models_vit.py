@@ -129,10 +129,26 @@ def _fused_core(query: Array, key: Array, value: Array) -> Array:
   """
   if jax.default_backend() == 'gpu' and query.dtype in (jnp.bfloat16, jnp.float16):
     try:
-      return jax.nn.dot_product_attention(query, key, value, implementation='cudnn')
+      return _cudnn_attention(query, key, value)
     except (ValueError, NotImplementedError, RuntimeError):
       pass
   return jax.nn.dot_product_attention(query, key, value, implementation='xla')
+
+
+def _cudnn_attention(query: Array, key: Array, value: Array) -> Array:
+  """cuDNN attention; an odd token count (ViT's 197) is padded by one masked token.
+
+  cuDNN's training kernels reject odd sequence lengths; the padded key is masked out through
+  `key_value_seq_lengths` and the padded query row is dropped, so the maths is unchanged.
+  """
+  tokens = query.shape[1]
+  if tokens % 2 == 0:
+    return jax.nn.dot_product_attention(query, key, value, implementation='cudnn')
+  pad = lambda t: jnp.pad(t, ((0, 0), (0, 1), (0, 0), (0, 0)))  # noqa: E731
+  lengths = jnp.full((query.shape[0],), tokens, jnp.int32)
+  out = jax.nn.dot_product_attention(pad(query), pad(key), pad(value), implementation='cudnn',
+                                     key_value_seq_lengths=lengths)
+  return out[:, :tokens]
 
 
 fused_attention = _attention_fn(_fused_core)
