@@ -331,7 +331,8 @@ class VisionTransformer(nn.Module):
     dtype: compute dtype (e.g. jnp.bfloat16); params stay in `param_dtype`.
     remat: rematerialise each encoder block in the backward pass (saves activation memory).
     attention_impl: 'xla' (Flax's einsum-softmax-einsum), 'fused' (jax.nn.dot_product_attention;
-      cuDNN flash attention on NVIDIA GPUs in bf16/fp16) or 'heads_first' (`heads_first_attention`, same maths reordered; fastest on CPU).
+      cuDNN flash attention on NVIDIA GPUs in bf16/fp16) or 'heads_first'
+      (`heads_first_attention`, same maths reordered; fastest on CPU).
   """
 
   num_classes: Optional[int]
