@@ -1,4 +1,4 @@
-"""The hybrid ResNet's faster GroupNorm and max-pool against the Flax ops they replace."""
+"""The hybrid ResNet's faster GroupNorm, max-pool and root conv against the ops they replace."""
 
 import flax.linen as nn
 import jax
@@ -66,3 +66,30 @@ def test_max_pool_same_other_window_and_stride():
   x = _random((2, 11, 10, 4))
   np.testing.assert_array_equal(models_resnet.max_pool_same(x, window=2, stride=3),
                                 nn.max_pool(x, (2, 2), (3, 3), padding='SAME'))
+
+
+@pytest.mark.parametrize('shape,kernel,strides', [
+    ((2, 56, 56, 3), (7, 7), (2, 2)), ((1, 9, 8, 3), (7, 7), (2, 2)),
+    ((2, 5, 7, 4), (3, 3), (1, 1)), ((1, 11, 10, 2), (4, 2), (3, 2)),
+    ((1, 1, 1, 3), (7, 7), (2, 2))])
+def test_conv_as_matmul_matches_lax_convolution(shape, kernel, strides):
+  x, w = _random(shape), _random(kernel + (shape[-1], 16), seed=3)
+  want = jax.lax.conv_general_dilated(x, w, strides, 'SAME',
+                                      dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
+  got = models_resnet.conv_as_matmul(x, w, strides)
+  assert got.shape == want.shape
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_std_conv_as_matmul_has_std_conv_params_values_and_gradients():
+  x = _random((2, 20, 18, 3))
+  ours = models_resnet.StdConvAsMatmul(64, (7, 7), (2, 2))
+  flax_conv = models_resnet.StdConv(64, (7, 7), (2, 2))
+  params = flax_conv.init(jax.random.key(0), x)
+  assert jax.tree.map(jnp.shape, ours.init(jax.random.key(0), x)) == jax.tree.map(
+      jnp.shape, params)
+  np.testing.assert_allclose(ours.apply(params, x), flax_conv.apply(params, x), rtol=1e-5,
+                             atol=1e-4)
+  grad = lambda m: jax.grad(lambda p: jnp.sum(jnp.sin(m.apply(p, x))))(params)  # noqa: E731
+  np.testing.assert_allclose(grad(ours)['params']['kernel'],
+                             grad(flax_conv)['params']['kernel'], rtol=1e-4, atol=1e-4)
