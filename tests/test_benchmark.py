@@ -1,5 +1,9 @@
 """Smoke tests of `vit_jax.benchmark` (no timing asserts) and of the CPU attention fast path."""
 
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -59,3 +63,12 @@ def test_fast_path_matches_plain(kwargs):
   for u, v in zip(jax.tree.leaves(ga), jax.tree.leaves(gb)):
     np.testing.assert_allclose(v, u, atol=1e-5 * scale)
 
+
+
+def test_root_conv_benchmark_smoke():
+  script = os.path.join(os.path.dirname(__file__), '..', 'benchmarks', 'root_conv.py')
+  out = subprocess.run([sys.executable, script, '--batch=2', '--image=16', '--repeats=1'],
+                       capture_output=True, text=True, check=True, timeout=300).stdout
+  assert 'lax.conv_general_dilated: median' in out and 'conv_as_matmul: median' in out
+  diff = float(out.split('max |outputs diff| ')[1].split(',')[0])
+  assert 'speed-up: ' in out and diff < 1e-4
