@@ -90,6 +90,11 @@ def test_std_conv_as_matmul_has_std_conv_params_values_and_gradients():
       jnp.shape, params)
   np.testing.assert_allclose(ours.apply(params, x), flax_conv.apply(params, x), rtol=1e-5,
                              atol=1e-4)
-  grad = lambda m: jax.grad(lambda p: jnp.sum(jnp.sin(m.apply(p, x))))(params)  # noqa: E731
-  np.testing.assert_allclose(grad(ours)['params']['kernel'],
-                             grad(flax_conv)['params']['kernel'], rtol=1e-4, atol=1e-4)
+  # A fixed cotangent keeps the gradient linear in the outputs (sin() of outputs ~500 would turn
+  # fp32 rounding in the forward pass into large differences of the cotangent).
+  cotangent = _random(flax_conv.apply(params, x).shape, seed=5)
+  grad = lambda m: jax.grad(lambda p: jnp.vdot(m.apply(p, x), cotangent))(params)  # noqa: E731
+  want = grad(flax_conv)['params']['kernel']
+  # Weight standardisation's backward cancels terms ~600 down to ~0: judge errors at that scale.
+  np.testing.assert_allclose(grad(ours)['params']['kernel'], want, rtol=1e-5,
+                             atol=2e-5 * float(jnp.max(jnp.abs(want))))
