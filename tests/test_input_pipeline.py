@@ -79,6 +79,41 @@ def test_randaugment_keeps_shape_and_range(mock_cifar10):
   assert -1. <= batch['image'].min() and batch['image'].max() <= 1.
 
 
+def test_random_erase_train_batches_keep_shape_and_range(mock_cifar10):
+  config = make_config()
+  config.pp.random_erase = 1.
+  erased = next(input_pipeline.get_train_data(config))
+  plain = next(input_pipeline.get_train_data(make_config()))
+  assert erased['image'].shape == (4, 16, 16, 3)
+  assert -1. <= erased['image'].min() and erased['image'].max() <= 1.
+  np.testing.assert_array_equal(erased['label'], plain['label'])
+  differs = np.any(erased['image'] != plain['image'], axis=-1)  # [4, 16, 16]
+  assert differs.any(axis=(1, 2)).all()  # Same crops and flips; every image has its rectangle.
+
+
+@pytest.mark.parametrize('seed', range(20))
+def test_random_erase_is_one_rectangle_of_the_paper_s_size(seed):
+  image = tf.fill([40, 30, 3], 300.)  # Out of the noise's range, so every erased pixel shows.
+  erased = input_pipeline.random_erase(image, 1., tf.constant([seed, 7])).numpy()
+  inside = np.all(erased != 300., axis=-1)
+  assert np.array_equal(inside, np.any(erased != 300., axis=-1))  # All channels or none.
+  rows, cols = np.nonzero(inside.any(1))[0], np.nonzero(inside.any(0))[0]
+  assert inside[rows.min():rows.max() + 1, cols.min():cols.max() + 1].all()  # A filled box...
+  assert inside.sum() == len(rows) * len(cols)  # ...and nothing outside it.
+  assert 0.5 * 0.02 * 1200 <= inside.sum() <= 0.4 * 1200 * 1.3  # 2-40% of the area, rounded.
+  assert 0. <= erased[inside].min() and erased[inside].max() <= 255.
+  again = input_pipeline.random_erase(image, 1., tf.constant([seed, 7])).numpy()
+  np.testing.assert_array_equal(erased, again)
+
+
+def test_random_erase_probability():
+  image = tf.fill([8, 8, 1], 300.)
+  erased = [np.any(input_pipeline.random_erase(image, 0.25, tf.constant([s, 0])).numpy() != 300.)
+            for s in range(400)]
+  assert 0.17 < np.mean(erased) < 0.33
+  assert not np.any(input_pipeline.random_erase(image, 0., tf.constant([1, 0])).numpy() != 300.)
+
+
 def test_dataset_info(mock_cifar10):
   info = input_pipeline.get_dataset_info(make_config())
   assert (info.num_classes, info.num_train_examples, info.num_test_examples) == (10, 10, 10)
@@ -161,6 +196,8 @@ def test_two_processes_with_tfds(mock_cifar10):
     (dict(mixup=-1.), 'mixup must be >= 0'),
     (dict(pp=dict(train='train', test='test', crop=16, train_aug='cutout')), 'train_aug'),
     (dict(pp=dict(train='train', test='test', crop=0)), 'config.pp.crop'),
+    (dict(pp=dict(train='train', test='test', crop=16, random_erase=1.5)),
+     r'config.pp.random_erase=1.5 must be a probability in \[0, 1\]'),
 ])
 def test_config_errors(mock_cifar10, overrides, message):
   config = make_config()

@@ -50,6 +50,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.pp.train_aug = 'inception'  # 'inception' (crop 5-100% + flip), 'pad_flip', 'flip', 'none'.
   c.pp.area_min = 0.05  # Smallest crop area of the 'inception' crop (official: 5%).
   c.pp.randaug = ml_collections.ConfigDict(dict(num_layers=0, magnitude=10))  # 0 layers = off.
+  c.pp.random_erase = 0.  # Random-erasing probability (a noise rectangle, Zhong et al.); 0 = off.
   c.mixup = 0.  # Mixup alpha; 0 = off (official fine-tuning).
   c.pretrained_dir = checkpoint.DEFAULT_PRETRAINED_DIR  # Folder/bucket of <model_name>.npz.
   c.pretrained_path = ''  # Explicit .npz (local, gs:// or https://); wins over pretrained_dir.

@@ -1,11 +1,11 @@
 """Input pipelines: a TFDS dataset or a folder of images → numpy batches for this process.
 
 Train data is an infinite stream that is deterministic given `config.seed` and exactly
-resumable: every random choice (crop, flip, RandAugment, mixup) comes from stateless ops seeded
-by the example's position in the shuffled stream (or the batch's index), and `start_batch`
-skips still-encoded examples before anything is decoded. Eval data covers its split exactly
-once: the last batch is padded and carries a `mask`, and every process yields the same number
-of batches so collective eval steps never wait on a process that has run out.
+resumable: every random choice (crop, flip, RandAugment, random erasing, mixup) comes from
+stateless ops seeded by the example's position in the shuffled stream (or the batch's index),
+and `start_batch` skips still-encoded examples before anything is decoded. Eval data covers its
+split exactly once: the last batch is padded and carries a `mask`, and every process yields the
+same number of batches so collective eval steps never wait on a process that has run out.
 
 Images are decoded to 3 channels (grayscale repeated, alpha dropped) and scaled to [-1, 1].
 """
@@ -13,6 +13,7 @@ Images are decoded to 3 channels (grayscale repeated, alpha dropped) and scaled 
 import concurrent.futures
 import dataclasses
 import functools
+import math
 import os
 import socket
 import urllib.parse
@@ -463,6 +464,9 @@ def _make_train_preprocess(config: Any, read: Callable[[tf.Tensor], tf.Tensor],
   if num_layers < 0 or not 0 <= magnitude <= randaugment.MAX_MAGNITUDE:
     raise ValueError(f'config.pp.randaug needs num_layers >= 0 and magnitude in '
                      f'[0, {randaugment.MAX_MAGNITUDE}], got {num_layers}, {magnitude}.')
+  erase = float(config.pp.get('random_erase', 0.))
+  if not 0 <= erase <= 1:
+    raise ValueError(f'config.pp.random_erase={erase} must be a probability in [0, 1] (0 = off).')
 
   def preprocess(example, seed):
     crop_seed, flip_seed, randaug_seed = tf.unstack(
@@ -478,6 +482,8 @@ def _make_train_preprocess(config: Any, read: Callable[[tf.Tensor], tf.Tensor],
       image = tf.image.stateless_random_flip_left_right(image, flip_seed)
     if num_layers:
       image = randaugment.randaugment(image, num_layers, magnitude, randaug_seed)
+    if erase:  # Its own fold of the seed: the other augmentations' streams stay as they were.
+      image = random_erase(image, erase, tf.random.experimental.stateless_fold_in(seed, 3))
     return {'image': _normalize(image), 'label': tf.one_hot(example['label'], num_classes)}
 
   return preprocess
@@ -498,6 +504,35 @@ def _pad_and_crop(image: tf.Tensor, pad: int, seed: tf.Tensor) -> tf.Tensor:
     return image
   padded = tf.pad(image, [[pad, pad], [pad, pad], [0, 0]], mode='REFLECT')
   return tf.image.stateless_random_crop(padded, tf.shape(image), seed=seed)
+
+
+def random_erase(image: tf.Tensor, probability: float, seed: tf.Tensor,
+                 area_range: Tuple[float, float] = (0.02, 0.4),
+                 max_aspect: float = 1 / 0.3) -> tf.Tensor:
+  """Random erasing (Zhong et al. 2017): with `probability`, one rectangle becomes noise.
+
+  The rectangle covers `area_range` of the image (uniform) with an aspect ratio log-uniform in
+  [1/max_aspect, max_aspect], clipped to the image; its pixels are uniform in [0, 255]. The
+  paper's defaults; it lowered Fashion-MNIST error the most of its benchmarks.
+  """
+  apply_seed, area_seed, aspect_seed, top_seed, left_seed, noise_seed = tf.unstack(
+      tf.random.experimental.stateless_split(seed, 6))
+  shape = tf.shape(image)
+  height, width = shape[0], shape[1]
+  area = tf.cast(height * width, tf.float32) * tf.random.stateless_uniform(
+      [], area_seed, area_range[0], area_range[1])
+  aspect = tf.exp(tf.random.stateless_uniform([], aspect_seed, -math.log(max_aspect),
+                                              math.log(max_aspect)))
+  erase_h = tf.clip_by_value(tf.cast(tf.round(tf.sqrt(area * aspect)), tf.int32), 1, height)
+  erase_w = tf.clip_by_value(tf.cast(tf.round(tf.sqrt(area / aspect)), tf.int32), 1, width)
+  top = tf.random.stateless_uniform([], top_seed, 0, height - erase_h + 1, dtype=tf.int32)
+  left = tf.random.stateless_uniform([], left_seed, 0, width - erase_w + 1, dtype=tf.int32)
+  rows, cols = tf.range(height), tf.range(width)
+  inside = (((rows >= top) & (rows < top + erase_h))[:, None]
+            & ((cols >= left) & (cols < left + erase_w))[None, :])
+  inside &= tf.random.stateless_uniform([], apply_seed) < probability
+  noise = tf.random.stateless_uniform(shape, noise_seed, 0., 255.)
+  return tf.where(inside[:, :, None], noise, tf.cast(image, tf.float32))
 
 
 def _mixup(batch: Dict[str, tf.Tensor], alpha: float,
