@@ -13,7 +13,7 @@ from vit_jax import benchmark
 from vit_jax import models
 
 FIELDS = ('compile_s', 'step_ms med/min/max', 'images/s', 'img/s/core', 'peak_mem_MB',
-          'matmul_GFLOP/s', 'MFU', 'GFLOP/image')
+          'matmul_GFLOP/s', 'MFU', 'GFLOP/image', 'faults/step')
 
 
 @pytest.mark.parametrize('mode', ['infer', 'train'])

@@ -35,6 +35,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from absl import flags
 
 from vit_jax import cli
+from vit_jax import hugepages
 
 _MARK = '@@bench '
 
@@ -57,6 +58,10 @@ def define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_bool('plain', True, 'Also time the plain official-style path.', flag_values=fv)
   flags.DEFINE_bool('check', False, 'Compare logits/gradients of "ours" with "plain".',
                     flag_values=fv)
+  flags.DEFINE_enum('hugepages', 'ours', ['ours', 'all', 'none'],
+                    'Workers started with glibc.malloc.hugetlb=1 (vit_jax.hugepages; what '
+                    'vit_jax.main sets for itself): "ours" only, all (timm and plain too, the '
+                    'like-for-like runtime), or none.', flag_values=fv)
   flags.DEFINE_integer('repeats', 5, 'Timed steps per variant (after warm-up).', flag_values=fv)
   flags.DEFINE_integer('warmup', 2, 'Untimed steps per variant after compiling.', flag_values=fv)
   flags.DEFINE_string('worker', None, 'Internal: run as a worker of this kind.', flag_values=fv)
@@ -93,16 +98,18 @@ def cores() -> int:
   return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
 
 
-def _timed(fn) -> float:
+def _timed(fn) -> Tuple[float, int]:
+  """Seconds and minor page faults of one call."""
+  faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
   start = time.perf_counter()
   fn()
-  return time.perf_counter() - start
+  return time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
 
 
 def _matmul_peak(product: Callable[[], Any], n: int, calls: int) -> float:
   """fp32 GFLOP/s of the best of `calls` runs of `product` (an n×n matrix product)."""
   product()  # Warm-up (compiles in JAX).
-  return 2 * n**3 / min(_timed(product) for _ in range(calls)) / 1e9
+  return 2 * n**3 / min(_timed(product)[0] for _ in range(calls)) / 1e9
 
 
 def jax_matmul_peak(n: int = 2048, calls: int = 3, dtype: str = 'float32') -> float:
@@ -276,7 +283,8 @@ def timm_worker(fv: flags.FlagValues, mode: str) -> None:
 def _serve(run, peak: float, probe: Callable[[], float], peak_mb: Callable[[], float]) -> None:
   for line in sys.stdin:
     if line.strip() == 'step':
-      _emit(step_s=_timed(run))
+      step_s, faults = _timed(run)
+      _emit(step_s=step_s, faults=faults)
     else:
       break
   memory = peak_mb()  # Before the last probe: its 8192² operands are not the model's.
@@ -316,16 +324,23 @@ def check_worker(fv: flags.FlagValues, mode: str) -> None:
 class Worker:
   """A worker subprocess speaking the `_MARK` line protocol."""
 
-  def __init__(self, kind: str, mode: str, argv: Sequence[str]):
+  def __init__(self, kind: str, mode: str, argv: Sequence[str], huge: bool):
     self.kind = kind
     cmd = [sys.executable, '-m', 'vit_jax.benchmark', *argv, f'--worker={kind}',
            f'--mode={mode}']
     # Several JAX workers share one accelerator: none may grab most of its memory up front.
     env = {'XLA_PYTHON_CLIENT_PREALLOCATE': 'false', **os.environ}
+    if huge:
+      env = hugepages.environment_with_hugepages(
+          env, hugepages.thp_mode(), hugepages.glibc_version()) or env
+    else:
+      env = hugepages.environment_without_hugepages(env)
+    self.hugepages = hugepages.SETTING in env.get(hugepages.TUNABLES, '')
     self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                  env=env)
     self.info: Dict[str, Any] = {}
     self.steps: List[float] = []
+    self.faults: List[int] = []
 
   def read(self) -> Dict[str, Any]:
     for line in self.proc.stdout:
@@ -337,7 +352,9 @@ class Worker:
   def step(self) -> None:
     self.proc.stdin.write('step\n')
     self.proc.stdin.flush()
-    self.steps.append(self.read()['step_s'])
+    result = self.read()
+    self.steps.append(result['step_s'])
+    self.faults.append(result['faults'])
 
   def finish(self) -> None:
     self.proc.stdin.write('done\n')
@@ -358,13 +375,18 @@ def describe(fv: flags.FlagValues, name: str) -> str:
   return {'plain': 'plain[xla,float32]', 'timm': 'timm eager'}[name]
 
 
+def describe_worker(fv: flags.FlagValues, w: 'Worker') -> str:
+  return describe(fv, w.kind) + (' +hugepages' if w.hugepages else '')
+
+
 def run_mode(fv: flags.FlagValues, mode: str, argv: Sequence[str]) -> str:
   """Times every variant of one mode interleaved; returns the report lines."""
   import numpy as np
   from vit_jax import flops, models
   workers = []
   for name in variant_names(fv):  # Set up one at a time: compiles don't overlap.
-    workers.append(Worker(name, mode, argv))
+    workers.append(Worker(name, mode, argv, fv.hugepages == 'all' or (
+        fv.hugepages == 'ours' and name == 'ours')))
     workers[-1].info.update(workers[-1].read())
   for _ in range(fv.repeats):
     for w in workers:
@@ -377,19 +399,19 @@ def run_mode(fv: flags.FlagValues, mode: str, argv: Sequence[str]) -> str:
   lines = [f'{fv.model} {fv.image}px batch {fv.batch} mode={mode}: {gflop:.4f} GFLOP/image '
            f'forward (analytic{", ×3 per train step" if mode == "train" else ""}), {n} cores, '
            f'XLA_FLAGS={os.environ.get("XLA_FLAGS", "")!r}',
-           f'  {"variant":28s} {"compile_s":>9s} {"step_ms med/min/max":>22s} '
+           f'  {"variant":40s} {"compile_s":>9s} {"step_ms med/min/max":>22s} '
            f'{"images/s":>9s} {"img/s/core":>10s} {"peak_mem_MB":>11s} {"matmul_GFLOP/s":>14s} '
-           f'{"MFU":>6s}']
+           f'{"MFU":>6s} {"faults/step":>11s}']
   speed = {}
   for w in workers:
     t = np.asarray(w.steps)
     med = float(np.median(t))
     speed[w.kind] = fv.batch / med
     mfu = step_gflop / med / w.info['matmul_gflops']
-    lines.append(f'  {describe(fv, w.kind):28s} {w.info["compile_s"]:9.2f} '
+    lines.append(f'  {describe_worker(fv, w):40s} {w.info["compile_s"]:9.2f} '
                  f'{f"{med * 1e3:.1f}/{t.min() * 1e3:.1f}/{t.max() * 1e3:.1f}":>22s} '
                  f'{speed[w.kind]:9.2f} {speed[w.kind] / n:10.2f} {w.info["peak_mem_mb"]:11.0f} '
-                 f'{w.info["matmul_gflops"]:14.1f} {mfu:6.1%}')
+                 f'{w.info["matmul_gflops"]:14.1f} {mfu:6.1%} {np.median(w.faults):11.0f}')
   lines.append('  devices: ' + ', '.join(f'{describe(fv, w.kind)}={w.info["device"]}'
                                          for w in workers) +
                ' (peak_mem: device allocation on accelerators, process RSS on CPU)')
