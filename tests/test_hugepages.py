@@ -1,4 +1,4 @@
-"""vit_jax.hugepages: when the CLIs re-execute with the huge-page tunable, and that it works."""
+"""vit_jax.hugepages: when vit_jax.main re-executes with huge pages, and that it does."""
 
 import os
 import subprocess

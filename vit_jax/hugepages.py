@@ -7,9 +7,10 @@ page faults per step of the Fashion-MNIST hybrid, 100k for ViT-Ti/16 at batch 8 
 see docs/performance.md). With the glibc tunable `glibc.malloc.hugetlb=1` (glibc >= 2.35)
 malloc asks for transparent huge pages on its mappings (`madvise(MADV_HUGEPAGE)`), which the
 kernel honours in its common `madvise` THP mode: 2 MiB per fault, ~100x fewer faults, and the
-memory is still returned after each step. Tunables are read when a process starts, so the
-command-line entry points re-execute themselves once with it set (same PID, arguments and
-environment otherwise). `VIT_JAX_HUGEPAGES=0` turns this off.
+memory is still returned after each step. Tunables are read when a process starts, so
+`python -m vit_jax.main` re-executes itself once with it set (same PID, arguments and
+environment otherwise) and `vit_jax.benchmark` starts its workers with it. `VIT_JAX_HUGEPAGES=0`
+turns this off.
 """
 
 import os
