@@ -17,12 +17,12 @@ Interrupt either stage with SIGTERM/Ctrl-C and rerun the command: it resumes whe
 Expected, measured here: stage 1 reached 92.89% and 92.94% test accuracy after 40 epochs in
 two runs (peaks 93.02% and 92.98%); the second run's 64px fine-tune ended at 92.94% (4 h 51 min
 in all on 2 CPU cores at 108-205 img/s, before huge pages; ~280 img/s idle with them).
-Variants measured, slower or weaker: 18 epochs gave 91.40%; random erasing
-(`--config.pretrain.pp.random_erase=0.5 --config.finetune.pp.random_erase=0.5
---config.pretrain.num_epochs=50`) was
-level with this recipe up to epoch 24 (90.09%), where its run was lost with the machine; adding
-one bottleneck unit after the root (`resnet_layers=(1,)`, 0.89M parameters, ~2x the cost per
-image) with random erasing 0.5 for 16 epochs gave 91.65% (2 h 02 min).
+Variants measured, slower or weaker: 18 epochs gave 91.40%; random erasing for 50 epochs
+(`--config.pretrain.num_epochs=50 --config.pretrain.pp.random_erase=0.5
+--config.finetune.pp.random_erase=0.5`) was level with this recipe up to epoch 24 (90.09%),
+where its run was lost with the machine; adding one bottleneck unit after the root
+(`resnet_layers=(1,)`, 0.89M parameters, ~2x the cost per image) with random erasing 0.5 for 16
+epochs gave 91.65% (2 h 02 min).
 """
 
 import ml_collections
