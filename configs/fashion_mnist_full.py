@@ -54,7 +54,13 @@ def finetune_stage() -> ml_collections.ConfigDict:
   return config
 
 
-def get_config():
+def get_config(stages: str = 'both'):
+  """`--config=configs/fashion_mnist_full.py:pretrain` runs stage 1 alone (one workdir)."""
+  if stages == 'pretrain':
+    return pretrain_stage().lock()
+  if stages != 'both':
+    raise ValueError(f'Unknown stages {stages!r}; use fashion_mnist_full.py or '
+                     'fashion_mnist_full.py:pretrain.')
   config = ml_collections.ConfigDict()
   config.trainer = 'pretrain_then_finetune'  # Runs config.pretrain, then config.finetune.
   config.pretrain = pretrain_stage()

@@ -82,6 +82,7 @@ def make_train_step(model: Any, tx: optax.GradientTransformation, config: Any,
   """Returns the jitted `train_step(state, batch) -> (state, metrics)` (state donated)."""
   loss_kind = config.get('loss', 'softmax_xent')
   smoothing = config.get('label_smoothing', 0.)
+  ema_decay = config.get('ema_decay', 0.)
 
   def loss_fn(params, images, labels, rng):
     logits = model.apply({'params': params}, images, train=True, rngs={'dropout': rng})
@@ -95,6 +96,9 @@ def make_train_step(model: Any, tx: optax.GradientTransformation, config: Any,
     updates, opt_state = tx.update(grads, state['opt_state'], state['params'])
     params = optax.apply_updates(state['params'], updates)
     new_state = dict(state, params=params, opt_state=opt_state, step=state['step'] + 1)
+    if ema_decay:  # Polyak average of the weights: new = decay * old + (1 - decay) * params.
+      new_state['ema_params'] = optax.incremental_update(params, state['ema_params'],
+                                                         1. - ema_decay)
     return new_state, {'loss': loss, 'grad_norm': optax.tree.norm(grads)}
 
   replicated = parallel.replicated(mesh)
@@ -160,6 +164,9 @@ def validate_config(config: Any, mesh: Mesh) -> None:
   parallel.check_batch_size(config.batch_eval, mesh, 1, 'batch_eval')
   if config.get('loss', 'softmax_xent') not in LOSSES:
     raise ValueError(f'Unknown loss={config.loss!r}; use one of {", ".join(LOSSES)}.')
+  if not 0. <= config.get('ema_decay', 0.) < 1.:
+    raise ValueError(f'ema_decay={config.ema_decay} must be in [0, 1) (0 turns the weight '
+                     'average off; 0.999 averages over ~1000 steps).')
   patch = config.model.patches.size[0] if 'patches' in config.model else 1
   if config.model.get('resnet') is None and config.pp.crop % patch:
     suggestion = config.pp.crop // patch * patch or patch
@@ -232,8 +239,11 @@ def init_state(trainer: Trainer, *, abstract: bool = False) -> State:
     return trainer.model.init(seed_key, dummy, train=False)['params']
 
   def make_state(params):
-    return {'params': params, 'opt_state': trainer.tx.init(params),
-            'step': jnp.zeros((), jnp.int32), 'rng': jax.random.key_data(seed_key)}
+    state = {'params': params, 'opt_state': trainer.tx.init(params),
+             'step': jnp.zeros((), jnp.int32), 'rng': jax.random.key_data(seed_key)}
+    if config.get('ema_decay', 0.):  # Starts from the initial (or pretrained) weights.
+      state['ema_params'] = jax.tree.map(jnp.copy, params)
+    return state
 
   if abstract:
     return jax.eval_shape(lambda: make_state(fresh_params()))
@@ -351,16 +361,29 @@ def _is_due(step: int, every: Optional[int], total: int) -> bool:
   return step == total or bool(every and step % every == 0)
 
 
-def run_eval(trainer: Trainer, eval_step: Callable, params: Any, eval_data: Any,
+def final_params(state: State) -> Any:
+  """The weights a run reports and exports: the weight average when `ema_decay` is set."""
+  return state.get('ema_params', state['params'])
+
+
+def run_eval(trainer: Trainer, eval_step: Callable, state: State, eval_data: Any,
              progress: ProgressLog, step: int) -> Dict[str, float]:
+  """Evaluates `final_params(state)`; with a weight average, the raw weights too (`_raw`)."""
   start = time.time()
-  result = evaluate(eval_step, params, eval_data, trainer.mesh)
+  result = evaluate(eval_step, final_params(state), eval_data, trainer.mesh)
   seconds = time.time() - start
   logging.info('Step %d: test accuracy=%.4f loss=%.4f on %d examples (%.1fs)', step,
                result['accuracy'], result['loss'], result['num_examples'], seconds)
-  progress.write(step, {'accuracy_test': result['accuracy'], 'loss_test': result['loss'],
-                        'img_sec_core_test': result['num_examples'] / max(seconds, 1e-9)
-                        / jax.device_count()})
+  scalars = {'accuracy_test': result['accuracy'], 'loss_test': result['loss'],
+             'img_sec_core_test': result['num_examples'] / max(seconds, 1e-9)
+             / jax.device_count()}
+  if 'ema_params' in state:
+    raw = evaluate(eval_step, state['params'], eval_data, trainer.mesh)
+    logging.info('Step %d: test accuracy of the raw (not averaged) weights=%.4f', step,
+                 raw['accuracy'])
+    scalars.update(accuracy_test_raw=raw['accuracy'], loss_test_raw=raw['loss'])
+    result = dict(result, accuracy_raw=raw['accuracy'])
+  progress.write(step, scalars)
   return result
 
 
@@ -425,7 +448,7 @@ def _train_loop(trainer: Trainer, state: State, start: int, manager: ocp.Checkpo
         progress.train(step, float(parallel.to_host(metrics['loss'])),
                        float(trainer.schedule(step)))
       if _is_due(step, config.get('eval_every'), total):
-        result = run_eval(trainer, eval_step, state['params'], eval_data, progress, step)
+        result = run_eval(trainer, eval_step, state, eval_data, progress, step)
       if save_due:
         manager.save(step, args=ocp.args.StandardSave(state))
       if stopping:
@@ -437,10 +460,10 @@ def _train_loop(trainer: Trainer, state: State, start: int, manager: ocp.Checkpo
   finally:
     stop.restore()
   if not result:  # Nothing left to train (a finished run rerun) or no eval was due: report one.
-    result = run_eval(trainer, eval_step, state['params'], eval_data, progress, total)
+    result = run_eval(trainer, eval_step, state, eval_data, progress, total)
   if jax.process_index() == 0:
     plotting.plot_curves(progress.history_path, os.path.join(workdir, 'curves.png'))
-  export_params(state['params'], workdir)
+  export_params(final_params(state), workdir)
   return {'step': total, **result}
 
 
