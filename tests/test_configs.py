@@ -83,3 +83,12 @@ def test_fashion_mnist_models_build_with_their_token_grids(name, crop, grid):
   x = jnp.zeros((2, crop, crop, 3))
   params = model.init(jax.random.key(0), x, train=False)['params']
   assert model.apply({'params': params}, x, train=False).shape == (2, 10)
+
+
+def test_fashion_mnist_full_runs_stage_one_alone():
+  module, both = load_config(os.path.join(ROOT, 'configs', 'fashion_mnist_full.py'))
+  alone = module.get_config('pretrain')
+  assert alone.get('trainer', 'train') == 'train'
+  assert alone.to_dict() == both.pretrain.to_dict()
+  with pytest.raises(ValueError, match='Unknown stages'):
+    module.get_config('finetune')

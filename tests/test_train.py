@@ -152,8 +152,9 @@ def crash_at(step_to_crash):
   return mock.patch.object(train, 'make_train_step', factory)
 
 
-def test_killed_run_resumes_to_identical_params(tmp_path, mock_cifar10):
-  config = make_config(total_steps=6, checkpoint_every=2, eval_every=0)
+@pytest.mark.parametrize('ema_decay', [0., 0.5])
+def test_killed_run_resumes_to_identical_params(tmp_path, mock_cifar10, ema_decay):
+  config = make_config(total_steps=6, checkpoint_every=2, eval_every=0, ema_decay=ema_decay)
   train.train_and_evaluate(config, str(tmp_path / 'straight'))
   workdir = str(tmp_path / 'killed')
   with crash_at(6), pytest.raises(KeyboardInterrupt):
@@ -186,6 +187,49 @@ def test_sigterm_saves_and_rerun_resumes(tmp_path, mock_cifar10):
   assert train.train_and_evaluate(config, workdir)['step'] == 6
 
 
+def test_ema_step_is_the_polyak_average_of_the_weights():
+  config = make_config(optim='adamw', base_lr=1e-2, ema_decay=0.9)
+  model = models.get_model(config.model, num_classes=4)
+  tx = optim.make_optimizer(config, optim.learning_rate_schedule(
+      total_steps=10, base_lr=1e-2, decay_type='cosine', warmup_steps=0))
+  mesh = parallel.make_mesh()
+  rng = np.random.default_rng(0)
+  batch = parallel.put_batch({
+      'image': rng.uniform(-1, 1, (8, 32, 32, 3)).astype(np.float32),
+      'label': np.eye(4, dtype=np.float32)[rng.integers(0, 4, 8)]}, mesh)
+  params = model.init(jax.random.key(0), jnp.zeros((1, 32, 32, 3)), train=False)['params']
+  state = parallel.put_replicated({'params': params, 'opt_state': tx.init(params),
+                                   'step': jnp.zeros((), jnp.int32),
+                                   'ema_params': jax.tree.map(np.array, params),  # Own buffers.
+                                   'rng': jax.random.key_data(jax.random.key(0))}, mesh)
+  step = train.make_train_step(model, tx, config, mesh)
+  expected = jax.device_get(params)
+  for _ in range(3):
+    state, _ = step(state, batch)
+    new = jax.device_get(state['params'])
+    expected = jax.tree.map(lambda e, p: 0.9 * e + 0.1 * p, expected, new)
+    assert_trees_close(jax.device_get(state['ema_params']), expected)
+  moved = jax.tree.map(lambda e, p: np.abs(e - p).max(), expected, jax.device_get(params))
+  assert max(jax.tree.leaves(moved)) > 1e-3  # The weights moved, so the check above bites.
+
+
+def test_ema_run_exports_the_average_and_reports_the_raw_accuracy(tmp_path, mock_cifar10):
+  plain = str(tmp_path / 'plain')
+  averaged = str(tmp_path / 'ema')
+  train.train_and_evaluate(make_config(eval_every=0), plain)
+  result = train.train_and_evaluate(make_config(eval_every=0, ema_decay=0.5), averaged)
+  # The average does not change training: its raw weights are the plain run's.
+  state = train.make_checkpoint_manager(averaged, make_config()).restore(6)
+  assert_trees_close(jax.device_get(state['params']), final_params(plain))
+  assert_trees_close(jax.device_get(state['ema_params']), final_params(averaged))
+  flat_plain = checkpoint.flatten(final_params(plain))
+  flat_ema = checkpoint.flatten(final_params(averaged))
+  assert any(not np.allclose(flat_plain[k], flat_ema[k]) for k in flat_plain)
+  assert 0. <= result['accuracy_raw'] <= 1.
+  with open(os.path.join(averaged, 'metrics.jsonl')) as f:
+    assert any('accuracy_test_raw' in line for line in f)
+
+
 def test_exact_eval_counts_every_example(tmp_path, mock_cifar10):
   result = train.train_and_evaluate(make_config(total_steps=1, batch_eval=4),
                                     str(tmp_path / 'run'))
@@ -208,6 +252,7 @@ def test_non_finite_loss_stops_with_step_range_and_keeps_checkpoint(tmp_path, mo
     (dict(batch_eval=0), 'batch_eval'),
     (dict(pp=dict(crop=30)), 'not divisible by the patch size'),
     (dict(loss='hinge'), 'Unknown loss'),
+    (dict(ema_decay=1.), r'ema_decay=1.0 must be in \[0, 1\)'),
     (dict(optim='lamb'), 'Unknown optim'),
     (dict(pretrained_path='/nonexistent/ViT-B_16.npz'), 'not found'),
 ])
