@@ -74,22 +74,29 @@ def test_finetune_from_npz_writes_events_and_params(tmp_path, mock_cifar10):
   assert {'train_loss', 'accuracy_test', 'lr', 'img_sec_core_train'} <= keys
 
 
-def test_pretraining_loss_falls_on_a_fixed_batch():
-  config = make_config(optim='adamw', base_lr=1e-2, weight_decay=0.1, grad_norm_clip=1.)
+def fixed_batch_step(config, decay_type, total_steps, warmup_steps):
+  """A jitted train step, its initial state and one fixed random batch (4 classes, 32px)."""
   model = models.get_model(config.model, num_classes=4)
-  schedule = optim.learning_rate_schedule(total_steps=30, base_lr=1e-2, decay_type='linear',
-                                          warmup_steps=3)
-  tx = optim.make_optimizer(config, schedule)
+  tx = optim.make_optimizer(config, optim.learning_rate_schedule(
+      total_steps=total_steps, base_lr=config.base_lr, decay_type=decay_type,
+      warmup_steps=warmup_steps))
   mesh = parallel.make_mesh()
   rng = np.random.default_rng(0)
   batch = parallel.put_batch({
       'image': rng.uniform(-1, 1, (8, 32, 32, 3)).astype(np.float32),
       'label': np.eye(4, dtype=np.float32)[rng.integers(0, 4, 8)]}, mesh)
   params = model.init(jax.random.key(0), jnp.zeros((1, 32, 32, 3)), train=False)['params']
-  state = parallel.put_replicated({'params': params, 'opt_state': tx.init(params),
-                                   'step': jnp.zeros((), jnp.int32),
-                                   'rng': jax.random.key_data(jax.random.key(0))}, mesh)
-  step = train.make_train_step(model, tx, config, mesh)
+  state = {'params': params, 'opt_state': tx.init(params), 'step': jnp.zeros((), jnp.int32),
+           'rng': jax.random.key_data(jax.random.key(0))}
+  if config.get('ema_decay'):
+    state['ema_params'] = jax.tree.map(np.array, params)  # Own buffers: the state is donated.
+  return (train.make_train_step(model, tx, config, mesh), parallel.put_replicated(state, mesh),
+          batch)
+
+
+def test_pretraining_loss_falls_on_a_fixed_batch():
+  config = make_config(optim='adamw', base_lr=1e-2, weight_decay=0.1, grad_norm_clip=1.)
+  step, state, batch = fixed_batch_step(config, 'linear', total_steps=30, warmup_steps=3)
   losses = []
   for _ in range(30):
     state, metrics = step(state, batch)
@@ -189,27 +196,15 @@ def test_sigterm_saves_and_rerun_resumes(tmp_path, mock_cifar10):
 
 def test_ema_step_is_the_polyak_average_of_the_weights():
   config = make_config(optim='adamw', base_lr=1e-2, ema_decay=0.9)
-  model = models.get_model(config.model, num_classes=4)
-  tx = optim.make_optimizer(config, optim.learning_rate_schedule(
-      total_steps=10, base_lr=1e-2, decay_type='cosine', warmup_steps=0))
-  mesh = parallel.make_mesh()
-  rng = np.random.default_rng(0)
-  batch = parallel.put_batch({
-      'image': rng.uniform(-1, 1, (8, 32, 32, 3)).astype(np.float32),
-      'label': np.eye(4, dtype=np.float32)[rng.integers(0, 4, 8)]}, mesh)
-  params = model.init(jax.random.key(0), jnp.zeros((1, 32, 32, 3)), train=False)['params']
-  state = parallel.put_replicated({'params': params, 'opt_state': tx.init(params),
-                                   'step': jnp.zeros((), jnp.int32),
-                                   'ema_params': jax.tree.map(np.array, params),  # Own buffers.
-                                   'rng': jax.random.key_data(jax.random.key(0))}, mesh)
-  step = train.make_train_step(model, tx, config, mesh)
-  expected = jax.device_get(params)
+  step, state, batch = fixed_batch_step(config, 'cosine', total_steps=10, warmup_steps=0)
+  params = jax.device_get(state['params'])
+  expected = params
   for _ in range(3):
     state, _ = step(state, batch)
     new = jax.device_get(state['params'])
     expected = jax.tree.map(lambda e, p: 0.9 * e + 0.1 * p, expected, new)
     assert_trees_close(jax.device_get(state['ema_params']), expected)
-  moved = jax.tree.map(lambda e, p: np.abs(e - p).max(), expected, jax.device_get(params))
+  moved = jax.tree.map(lambda e, p: np.abs(e - p).max(), expected, params)
   assert max(jax.tree.leaves(moved)) > 1e-3  # The weights moved, so the check above bites.
 
 
