@@ -23,7 +23,7 @@ Variants measured, slower or weaker: 18 epochs gave 91.40%; random erasing for 5
 where its run was lost with the machine; adding one bottleneck unit after the root
 (`resnet_layers=(1,)`, 0.89M parameters, ~2x the cost per image) with random erasing 0.5 for 16
 epochs gave 91.65% (2 h 02 min); stage 1 alone (`fashion_mnist_full.py:pretrain`) with a weight
-average (`--config.ema_decay=0.9995`) on 2 CPU devices gave 92.84% (raw weights 92.87%) in
+average (`ema_decay=0.9995`) on 2 CPU devices gave 92.84% (raw weights 92.87%) in
 2 h 23 min.
 """
 
