@@ -172,6 +172,24 @@ def test_killed_run_resumes_to_identical_params(tmp_path, mock_cifar10, ema_deca
   assert_trees_close(final_params(workdir), final_params(str(tmp_path / 'straight')))
 
 
+@pytest.mark.parametrize('first,second,difference', [
+    (dict(ema_decay=0.), dict(ema_decay=0.5), r'it lacks \d+ entries this config needs'),
+    (dict(ema_decay=0.5), dict(ema_decay=0.), r'it has \d+ entries this config does not'),
+    (dict(optim='sgd'), dict(optim='adamw'), r'it (lacks|has) \d+ entries'),
+    (dict(), dict(model=dict(hidden_size=12)),
+     r'\S+/bias has shape \(10,\) there and \(12,\) here'),
+])
+def test_resume_under_another_config_is_a_clear_error(tmp_path, mock_cifar10, first, second,
+                                                      difference):
+  workdir = str(tmp_path / 'run')
+  train.train_and_evaluate(make_config(total_steps=2, eval_every=0, **first), workdir)
+  npz = open(os.path.join(workdir, 'params.npz'), 'rb').read()
+  with pytest.raises(ValueError, match=r'step 2 .* written by another config \(' + difference):
+    train.train_and_evaluate(make_config(total_steps=4, eval_every=0, **second), workdir)
+  assert os.listdir(os.path.join(workdir, 'checkpoints')) == ['2']
+  assert open(os.path.join(workdir, 'params.npz'), 'rb').read() == npz  # Nothing overwritten.
+
+
 def test_sigterm_saves_and_rerun_resumes(tmp_path, mock_cifar10):
   config = make_config(total_steps=6, checkpoint_every=100, eval_every=0)
   real = train.make_train_step

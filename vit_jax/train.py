@@ -261,8 +261,35 @@ def init_state(trainer: Trainer, *, abstract: bool = False) -> State:
 def make_checkpoint_manager(workdir: str, config: Any) -> ocp.CheckpointManager:
   options = ocp.CheckpointManagerOptions(max_to_keep=config.get('keep_checkpoints', 3),
                                          create=True)
+  # The handler is named so that `item_metadata` can read a checkpoint's tree before restoring.
   return ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, 'checkpoints')),
-                               options=options)
+                               options=options, item_handlers=ocp.StandardCheckpointHandler())
+
+
+def _key_name(key: Any) -> str:
+  for field in ('key', 'idx', 'name'):  # Dict, sequence, named-tuple field (a dict on disk).
+    if hasattr(key, field):
+      return str(getattr(key, field))
+  return str(key)
+
+
+def _leaf_shapes(tree: Any) -> Dict[str, Any]:
+  return {'/'.join(map(_key_name, path)): tuple(getattr(leaf, 'shape', ()))
+          for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def state_mismatch(saved: Any, expected: Any) -> Optional[str]:
+  """The first difference between a checkpoint's tree and the state this config builds."""
+  saved, expected = _leaf_shapes(saved), _leaf_shapes(expected)
+  missing, extra = sorted(expected.keys() - saved.keys()), sorted(saved.keys() - expected.keys())
+  if missing:
+    return f'it lacks {len(missing)} entries this config needs, e.g. {missing[0]}'
+  if extra:
+    return f'it has {len(extra)} entries this config does not, e.g. {extra[0]}'
+  for key, shape in expected.items():
+    if saved[key] != shape:
+      return f'{key} has shape {saved[key]} there and {shape} here'
+  return None
 
 
 def restore_or_init(trainer: Trainer, manager: ocp.CheckpointManager) -> State:
@@ -274,6 +301,11 @@ def restore_or_init(trainer: Trainer, manager: ocp.CheckpointManager) -> State:
   abstract = jax.tree.map(
       lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated),
       init_state(trainer, abstract=True))
+  mismatch = state_mismatch(manager.item_metadata(latest).tree, abstract)
+  if mismatch:
+    raise ValueError(f'The checkpoint at step {latest} in {manager.directory} was written by '
+                     f'another config ({mismatch}; a different model, optim or ema_decay?): '
+                     'rerun with that config, or start a new --workdir.')
   logging.info('Resuming from checkpoint at step %d in %s', latest, manager.directory)
   return manager.restore(latest, args=ocp.args.StandardRestore(abstract))
 
