@@ -17,7 +17,8 @@ Interrupt either stage with SIGTERM/Ctrl-C and rerun the command: it resumes whe
 Expected, measured here: stage 1 alone at 44 epochs (`fashion_mnist_full.py:pretrain`, 2 CPU
 devices) reached **93.24%** in 2 h 31 min, its npz the final one. With 40 epochs stage 1
 reached 92.89% and 92.94% test accuracy in two runs (peaks 93.02% and 92.98%); the second
-run's 64px fine-tune ended at 92.94% (4 h 51 min in all on 2 CPU cores at 108-205 img/s, before huge pages; ~280 img/s idle with them).
+run's 64px fine-tune ended at 92.94% (4 h 51 min in all on 2 CPU cores at 108-205 img/s,
+before huge pages; ~280 img/s idle with them).
 Variants measured, slower or weaker: 18 epochs gave 91.40%; random erasing for 50 epochs
 (`--config.pretrain.num_epochs=50 --config.pretrain.pp.random_erase=0.5
 --config.finetune.pp.random_erase=0.5`) was level with this recipe up to epoch 24 (90.09%),
