@@ -266,15 +266,9 @@ def make_checkpoint_manager(workdir: str, config: Any) -> ocp.CheckpointManager:
                                options=options, item_handlers=ocp.StandardCheckpointHandler())
 
 
-def _key_name(key: Any) -> str:
-  for field in ('key', 'idx', 'name'):  # Dict, sequence, named-tuple field (a dict on disk).
-    if hasattr(key, field):
-      return str(getattr(key, field))
-  return str(key)
-
-
 def _leaf_shapes(tree: Any) -> Dict[str, Any]:
-  return {'/'.join(map(_key_name, path)): tuple(getattr(leaf, 'shape', ()))
+  # Simple key names: a named-tuple field (a dict on disk) reads the same as a dict key.
+  return {jax.tree_util.keystr(path, simple=True, separator='/'): tuple(getattr(leaf, 'shape', ()))
           for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
