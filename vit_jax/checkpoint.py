@@ -18,7 +18,6 @@ import zipfile
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
-import scipy.ndimage
 from absl import logging
 
 Params = Dict[str, Any]
@@ -305,6 +304,7 @@ def resize_posemb(posemb: np.ndarray, new_grid: Sequence[int], *, num_prefix_tok
   nh, nw = new_grid
   if (nh, nw) != (gh, gw):
     logging.info('Resizing position embeddings from a %dx%d to a %dx%d grid.', gh, gw, nh, nw)
+    import scipy.ndimage  # Only needed when resizing; keeps config loading light.
     grid = scipy.ndimage.zoom(grid.reshape(gh, gw, -1), (nh / gh, nw / gw, 1), order=1)
   return np.concatenate([prefix, grid.reshape(1, nh * nw, -1)], axis=1)
 

@@ -9,7 +9,7 @@ import ml_collections
 from ml_collections import config_dict
 
 from vit_jax import checkpoint
-from vit_jax import models
+from vit_jax import presets
 
 # Fine-tuning presets of the official repo (a slice of train is held out as in the paper).
 DATASET_PRESETS = {
@@ -21,17 +21,6 @@ DATASET_PRESETS = {
     'fashion_mnist': dict(total_steps=2_000, pp=dict(train='train', test='test', crop=28,
                                                      train_aug='pad_flip')),
 }
-
-# Fields beyond the official ones, each off by default (defaults = official behaviour).
-VIT_EXTRAS = dict(
-    posemb='learn',  # 'learn' (official 1-D), 'learn_2d', 'sincos2d' or 'none'.
-    stochastic_depth=0.,  # Max drop-path rate (last block); 0 = off.
-    dtype='float32',  # Compute dtype; 'bfloat16' for accelerators (params stay float32).
-    remat=False,  # Recompute each block in backward: less activation memory.
-    attention_impl='xla',  # 'heads_first' (fastest on CPU) or 'fused' (cuDNN flash on GPU).
-    head_bias_init=0.,  # -10 for sigmoid pretraining (big_vision i21k).
-)
-
 
 def get_config() -> ml_collections.ConfigDict:
   """Base config: official fine-tuning defaults (SGD momentum, cosine, batch 512)."""
@@ -85,9 +74,9 @@ def get_config() -> ml_collections.ConfigDict:
 
 def with_model(config: ml_collections.ConfigDict, name: str) -> ml_collections.ConfigDict:
   """Sets `config.model` to preset `name` (plus the off-by-default ViT extras)."""
-  model = models.get_config(name)
-  if not models.is_mixer(model):
-    model.update(VIT_EXTRAS)
+  model = presets.get_config(name)
+  if not presets.is_mixer(model):
+    model.update(presets.VIT_EXTRAS)
   config.model = model
   return config
 
@@ -126,5 +115,5 @@ def small_vit(name: str, *, patch: int, hidden: int, layers: int, mlp: int, head
       transformer=ml_collections.ConfigDict(dict(
           num_layers=layers, mlp_dim=mlp, num_heads=heads, dropout_rate=dropout,
           attention_dropout_rate=0.))))
-  model.update(VIT_EXTRAS)
+  model.update(presets.VIT_EXTRAS)
   return model

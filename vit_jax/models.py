@@ -1,105 +1,19 @@
-"""Model presets under their official checkpoint names, and `get_model`.
+"""Model presets (`vit_jax.presets`, re-exported here) and `get_model`.
 
 `MODEL_CONFIGS[name]` is a locked ConfigDict with exactly the official fields, so
 `VisionTransformer(num_classes=N, **MODEL_CONFIGS['ViT-B_16'])` works as in the official repo.
 """
 
-import math
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any
 
 import jax.numpy as jnp
-import ml_collections
 
 from vit_jax.models_mixer import MlpMixer
 from vit_jax.models_vit import VisionTransformer
+from vit_jax.presets import AUGREG_CONFIGS, MODEL_CONFIGS, get_config, is_mixer, token_grid
 
 __all__ = ['MODEL_CONFIGS', 'AUGREG_CONFIGS', 'VisionTransformer', 'MlpMixer', 'get_model',
-           'get_config', 'token_grid']
-
-MODEL_CONFIGS: Dict[str, ml_collections.ConfigDict] = {}
-# AugReg file names use 'S_16' / 'R26_S_32' instead of 'ViT-S_16' / 'R26+ViT-S_32'.
-AUGREG_CONFIGS: Dict[str, ml_collections.ConfigDict] = {}
-_NO_AUGREG = ('testing', 'testing-unpooled', 'ViT-L_32', 'R50+ViT-B_16', 'ViT-H_14')
-
-
-def _vit(name: str, patch: int, hidden: int, mlp: int, heads: int, layers: int, *,
-         dropout: float = 0., classifier: str = 'token', representation_size=None,
-         resnet: Optional[Tuple[Sequence[int], float]] = None) -> ml_collections.ConfigDict:
-  config = ml_collections.ConfigDict()
-  config.model_name = name
-  config.patches = ml_collections.ConfigDict({'size': (patch, patch)})
-  config.hidden_size = hidden
-  config.transformer = ml_collections.ConfigDict(dict(
-      mlp_dim=mlp, num_heads=heads, num_layers=layers, attention_dropout_rate=0.,
-      dropout_rate=dropout))
-  config.classifier = classifier
-  config.representation_size = representation_size
-  if resnet is not None:
-    config.resnet = ml_collections.ConfigDict(
-        {'num_layers': tuple(resnet[0]), 'width_factor': resnet[1]})
-  return config
-
-
-def _mixer(name: str, patch: int, hidden: int, blocks: int, tokens_mlp: int,
-           channels_mlp: int) -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(dict(
-      model_name=name, patches=ml_collections.ConfigDict({'size': (patch, patch)}),
-      hidden_dim=hidden, num_blocks=blocks, tokens_mlp_dim=tokens_mlp,
-      channels_mlp_dim=channels_mlp))
-
-
-def _register(config: ml_collections.ConfigDict) -> None:
-  name = config.model_name
-  MODEL_CONFIGS[name] = config.lock()
-  if 'Mixer' not in name and name not in _NO_AUGREG:
-    AUGREG_CONFIGS[name.replace('ViT-', '').replace('+', '_')] = config
-
-
-# Widths (hidden, mlp, heads, layers) of the paper's Table 1 plus DeiT's Ti and S.
-_TI, _S, _B = (192, 768, 3, 12), (384, 1536, 6, 12), (768, 3072, 12, 12)
-_L, _H = (1024, 4096, 16, 24), (1280, 5120, 16, 32)
-
-for _config in (
-    _vit('testing', 16, 10, 10, 2, 1, dropout=0.1),
-    _vit('testing-unpooled', 16, 10, 10, 2, 1, dropout=0.1, classifier='unpooled'),
-    _vit('ViT-Ti_16', 16, *_TI),
-    _vit('ViT-S_16', 16, *_S),
-    _vit('ViT-B_16', 16, *_B),
-    _vit('ViT-L_16', 16, *_L, dropout=0.1),
-    _vit('ViT-H_14', 14, *_H, dropout=0.1),
-    _vit('ViT-B_8', 8, *_B),
-    _vit('ViT-S_32', 32, *_S),
-    _vit('ViT-B_32', 32, *_B),
-    _vit('ViT-L_32', 32, *_L),
-    _vit('ViT-S_16-gap-norep', 16, *_S, classifier='gap'),
-    _vit('ViT-B_16-gap-norep', 16, *_B, classifier='gap'),
-    _vit('ViT-S_32-gap-norep', 32, *_S, classifier='gap'),
-    _vit('ViT-B_32-gap-norep', 32, *_B, classifier='gap'),
-    # Root only: the 7x7/2 conv and 3x3/2 max-pool downscale 4x before the 8x8 patches.
-    _vit('R+ViT-Ti_16', 8, *_TI, resnet=((), 1)),
-    # (3, 4, 9) units: 4x root × 2 × 2 → 16x downscaling, 1x1 "patches" → effective /16.
-    _vit('R50+ViT-B_16', 1, *_B, dropout=0.1, resnet=((3, 4, 9), 1)),
-    # Four stages: 4x root × 2 × 2 × 2 → 32x downscaling → effective /32.
-    _vit('R26+ViT-S_32', 1, *_S, resnet=((2, 2, 2, 2), 1)),
-    _vit('R26+ViT-B_32', 1, *_B, resnet=((2, 2, 2, 2), 1)),
-    _vit('R50+ViT-L_32', 1, *_L, dropout=0.1, resnet=((3, 4, 6, 3), 1)),
-    _mixer('Mixer-B_16', 16, 768, 12, 384, 3072),
-    _mixer('Mixer-B_32', 32, 768, 12, 384, 3072),
-    _mixer('Mixer-L_16', 16, 1024, 24, 512, 4096),
-):
-  _register(_config)
-
-
-def get_config(name: str) -> ml_collections.ConfigDict:
-  """Returns an unlocked copy of preset `name` (official or AugReg spelling)."""
-  config = MODEL_CONFIGS.get(name) or AUGREG_CONFIGS.get(name)
-  if config is None:
-    raise ValueError(f'Unknown model {name!r}; known models: {", ".join(MODEL_CONFIGS)}.')
-  return ml_collections.ConfigDict(config.to_dict())
-
-
-def is_mixer(model_config: Any) -> bool:
-  return 'hidden_dim' in model_config
+           'get_config', 'is_mixer', 'token_grid']
 
 
 def get_model(name_or_config: Any, **kwargs: Any):
@@ -112,16 +26,3 @@ def get_model(name_or_config: Any, **kwargs: Any):
       fields[key] = jnp.dtype(fields[key])
   cls = MlpMixer if is_mixer(fields) else VisionTransformer
   return cls(**fields)
-
-
-def token_grid(model_config: Any, image_size: Sequence[int]) -> Tuple[int, int]:
-  """The (rows, cols) grid of patch tokens for an image of `image_size` (height, width)."""
-  h, w = image_size
-  resnet = model_config.get('resnet')
-  if resnet is not None:
-    # Root: stride-2 conv and stride-2 max-pool, both SAME; then stride 2 per stage after the 1st.
-    stride_steps = 2 + max(len(resnet['num_layers']) - 1, 0)
-    for _ in range(stride_steps):
-      h, w = math.ceil(h / 2), math.ceil(w / 2)
-  ph, pw = model_config['patches']['size']
-  return h // ph, w // pw
