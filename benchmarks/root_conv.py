@@ -1,4 +1,4 @@
-r"""The hybrid ResNet root: XLA's convolution against `models_resnet.conv_as_matmul`.
+r"""The hybrid ResNet root: XLA's convolution against `ops.conv_as_matmul`.
 
 Usage:
   python benchmarks/root_conv.py [--batch=128] [--image=56] [--repeats=7]
@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vit_jax import models_resnet
+from vit_jax import ops
 
 
 def lax_conv(x: jax.Array, kernel: jax.Array, strides) -> jax.Array:
@@ -41,7 +41,7 @@ def main() -> None:
   x = jax.random.normal(jax.random.key(0), (args.batch, args.image, args.image, 3))
   kernel = jax.random.normal(jax.random.key(1), (7, 7, 3, 64)) * 0.1
   fns = {'lax.conv_general_dilated': forward_and_kernel_grad(lax_conv),
-         'conv_as_matmul': forward_and_kernel_grad(models_resnet.conv_as_matmul)}
+         'conv_as_matmul': forward_and_kernel_grad(ops.conv_as_matmul)}
   results = {name: jax.block_until_ready(fn(kernel, x)) for name, fn in fns.items()}
   times = {name: [] for name in fns}
   for _ in range(args.repeats):

@@ -12,6 +12,7 @@ import pytest
 from npz_fixtures import images, perturb
 from vit_jax import models
 from vit_jax import models_vit
+from vit_jax import ops
 
 # Official counts for num_classes=1000 at 224px (the official models_test.py table).
 OFFICIAL_COUNTS = {
@@ -432,7 +433,7 @@ def test_rematerialized_matches_gradient_with_randomness():
   x, rng = jax.random.normal(jax.random.key(1), (4, 6)), jax.random.key(2)
   loss = lambda f: lambda p, x: jnp.sum(f(p, x, rng)**2)
   expected = jax.jit(jax.grad(loss(fn), argnums=(0, 1)))(params, x)
-  got = jax.jit(jax.grad(loss(models_vit.rematerialized(fn)), argnums=(0, 1)))(params, x)
+  got = jax.jit(jax.grad(loss(ops.rematerialized(fn)), argnums=(0, 1)))(params, x)
   jax.tree.map(lambda u, v: np.testing.assert_allclose(u, v, rtol=1e-6, atol=1e-7), got, expected)
 
 
@@ -486,7 +487,7 @@ def test_fused_attention_asks_for_cudnn_only_where_it_applies(monkeypatch, backe
   monkeypatch.setattr(jax, 'default_backend', lambda: backend)
   # 5 tokens (odd, like ViT's 197): the cuDNN call gets one masked padding token.
   q, k, v = (jax.random.normal(jax.random.key(i), (2, 5, 2, 8)).astype(dtype) for i in range(3))
-  out = models_vit._fused_core(q, k, v)
+  out = ops._fused_core(q, k, v)
   assert asked == expected
   np.testing.assert_allclose(np.asarray(out, np.float32),
                              np.asarray(real(q, k, v, implementation='xla'), np.float32))

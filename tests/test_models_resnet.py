@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from vit_jax import models_resnet
+from vit_jax import ops
 
 
 def _random(shape, seed=0, loc=0.):
@@ -21,7 +22,7 @@ def _random_params(params, seed=1):
 @pytest.mark.parametrize('shape', [(3, 5, 7, 64), (2, 9, 256), (4, 6, 6, 32)])
 def test_group_norm_matches_flax_values_gradients_and_params(shape):
   x = _random(shape, loc=1.5)
-  ours, flax_gn = models_resnet.GroupNorm(), nn.GroupNorm()
+  ours, flax_gn = ops.GroupNorm(), nn.GroupNorm()
   params = _random_params(flax_gn.init(jax.random.key(0), x))
   assert jax.tree.map(jnp.shape, ours.init(jax.random.key(0), x)) == jax.tree.map(
       jnp.shape, params)
@@ -37,7 +38,7 @@ def test_group_norm_matches_flax_values_gradients_and_params(shape):
 
 def test_group_norm_keeps_dtype_and_zero_scale_init():
   x = _random((2, 4, 4, 64)).astype(jnp.bfloat16)
-  module = models_resnet.GroupNorm(dtype=jnp.bfloat16, scale_init=nn.initializers.zeros)
+  module = ops.GroupNorm(dtype=jnp.bfloat16, scale_init=nn.initializers.zeros)
   params = module.init(jax.random.key(0), x)
   assert params['params']['scale'].dtype == jnp.float32
   out = module.apply(params, x)
@@ -46,7 +47,7 @@ def test_group_norm_keeps_dtype_and_zero_scale_init():
 
 def test_group_norm_rejects_channels_not_divisible_by_groups():
   with pytest.raises(ValueError, match='48 channels do not split into 32 groups'):
-    models_resnet.GroupNorm().init(jax.random.key(0), jnp.zeros((1, 2, 2, 48)))
+    ops.GroupNorm().init(jax.random.key(0), jnp.zeros((1, 2, 2, 48)))
 
 
 @pytest.mark.parametrize('shape', [(2, 28, 28, 64), (2, 7, 7, 3), (1, 8, 9, 2), (1, 1, 1, 2),
@@ -54,17 +55,17 @@ def test_group_norm_rejects_channels_not_divisible_by_groups():
 def test_max_pool_same_matches_flax_values_and_gradients(shape):
   x = _random(shape)
   want = nn.max_pool(x, (3, 3), (2, 2), padding='SAME')
-  np.testing.assert_array_equal(models_resnet.max_pool_same(x), want)
+  np.testing.assert_array_equal(ops.max_pool_same(x), want)
   # Random inputs have no ties, so both gradients route to the same (unique) maxima.
   loss = lambda pool: jax.grad(lambda v: jnp.sum(jnp.sin(pool(v))))(x)  # noqa: E731
   np.testing.assert_allclose(
-      loss(models_resnet.max_pool_same),
+      loss(ops.max_pool_same),
       loss(lambda v: nn.max_pool(v, (3, 3), (2, 2), padding='SAME')), rtol=1e-6)
 
 
 def test_max_pool_same_other_window_and_stride():
   x = _random((2, 11, 10, 4))
-  np.testing.assert_array_equal(models_resnet.max_pool_same(x, window=2, stride=3),
+  np.testing.assert_array_equal(ops.max_pool_same(x, window=2, stride=3),
                                 nn.max_pool(x, (2, 2), (3, 3), padding='SAME'))
 
 
@@ -76,7 +77,7 @@ def test_conv_as_matmul_matches_lax_convolution(shape, kernel, strides):
   x, w = _random(shape), _random(kernel + (shape[-1], 16), seed=3)
   want = jax.lax.conv_general_dilated(x, w, strides, 'SAME',
                                       dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
-  got = models_resnet.conv_as_matmul(x, w, strides)
+  got = ops.conv_as_matmul(x, w, strides)
   assert got.shape == want.shape
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
 

@@ -7,18 +7,17 @@ embedding variants, stochastic depth, dtypes, remat, fused attention) are off by
 from typing import Any, Callable, Optional, Sequence, Tuple
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 import numpy as np
 
 from vit_jax import models_resnet
+from vit_jax import ops
 
 Array = jnp.ndarray
 Dtype = Any
 
 CLASSIFIERS = ('token', 'gap', 'unpooled', 'token_unpooled')
 POSEMB_KINDS = ('learn', 'learn_2d', 'sincos2d', 'none')
-ATTENTION_IMPLS = ('xla', 'fused', 'heads_first')
 
 
 def posemb_sincos_2d(grid_shape: Tuple[int, int], width: int,
@@ -81,84 +80,6 @@ class AddPositionEmbs2D(nn.Module):
     return inputs + table.astype(inputs.dtype)
 
 
-def _attention_fn(core: Callable[[Array, Array, Array], Array]) -> Callable[..., Array]:
-  """Wraps `core(q, k, v)` as an `attention_fn` for `nn.MultiHeadDotProductAttention`.
-
-  Same inputs/outputs as Flax's default (so the param layout is unchanged). Attention dropout,
-  masks, bias and weight sowing (`module`) fall back to Flax's default path.
-  """
-
-  def attention_fn(query: Array, key: Array, value: Array, *, dropout_rate: float = 0.,
-                   deterministic: bool = True, dtype: Optional[Dtype] = None,
-                   **kwargs) -> Array:
-    if (dropout_rate > 0. and not deterministic) or kwargs.get('mask') is not None or (
-        kwargs.get('bias') is not None) or 'module' in kwargs:
-      return nn.dot_product_attention(query, key, value, dropout_rate=dropout_rate,
-                                      deterministic=deterministic, dtype=dtype, **kwargs)
-    if dtype is not None:
-      query, key, value = (t.astype(dtype) for t in (query, key, value))
-    return core(query, key, value)
-
-  attention_fn.__doc__ = core.__doc__
-  return attention_fn
-
-
-def _heads_first_core(query: Array, key: Array, value: Array) -> Array:
-  """Faster on CPU: heads-major matmuls, normalisation after the weighted sum.
-
-  Same maths as Flax's default, reordered for XLA:CPU: q, k, v go to (batch, heads, tokens,
-  dim) so both products are plain batched matmuls (Flax's 'bqhd,bkhd->bhqk' einsums ran at
-  14 GFLOP/s for ViT-Ti/16 at batch 32, this at ~45), and the softmax denominator divides the
-  (tokens, dim) output instead of the (tokens, tokens) weights. fp32 outputs match the default
-  to ~4e-7 relative.
-  """
-  query = query / jnp.sqrt(query.shape[-1]).astype(query.dtype)
-  query, key, value = (jnp.swapaxes(t, -3, -2) for t in (query, key, value))
-  scores = jnp.matmul(query, jnp.swapaxes(key, -1, -2))
-  weights = jnp.exp(scores - jax.lax.stop_gradient(scores.max(axis=-1, keepdims=True)))
-  out = jnp.matmul(weights, value) / weights.sum(axis=-1, keepdims=True)
-  return jnp.swapaxes(out, -3, -2)
-
-
-def _fused_core(query: Array, key: Array, value: Array) -> Array:
-  """`jax.nn.dot_product_attention`: cuDNN flash attention on NVIDIA GPUs for bf16/fp16 inputs.
-
-  Its default (`implementation=None`) is XLA's einsum path on every backend, so the cuDNN
-  kernel is asked for explicitly where it applies; shapes or dtypes it rejects (fp32, head
-  dims it lacks, ROCm) fall back to the XLA path, which is the same maths.
-  """
-  if jax.default_backend() == 'gpu' and query.dtype in (jnp.bfloat16, jnp.float16):
-    try:
-      return _cudnn_attention(query, key, value)
-    except (ValueError, NotImplementedError, RuntimeError):
-      pass
-  return jax.nn.dot_product_attention(query, key, value, implementation='xla')
-
-
-def _cudnn_attention(query: Array, key: Array, value: Array) -> Array:
-  """cuDNN attention; an odd token count (ViT's 197) is padded by one masked token.
-
-  cuDNN's training kernels reject odd sequence lengths; the padded key is masked out through
-  `key_value_seq_lengths` and the padded query row is dropped, so the maths is unchanged.
-  """
-  tokens = query.shape[1]
-  if tokens % 2 == 0:
-    return jax.nn.dot_product_attention(query, key, value, implementation='cudnn')
-  pad = lambda t: jnp.pad(t, ((0, 0), (0, 1), (0, 0), (0, 0)))  # noqa: E731
-  lengths = jnp.full((query.shape[0],), tokens, jnp.int32)
-  out = jax.nn.dot_product_attention(pad(query), pad(key), pad(value), implementation='cudnn',
-                                     key_value_seq_lengths=lengths)
-  return out[:, :tokens]
-
-
-fused_attention = _attention_fn(_fused_core)
-heads_first_attention = _attention_fn(_heads_first_core)
-
-
-ATTENTION_FNS = {'xla': nn.dot_product_attention, 'fused': fused_attention,
-                 'heads_first': heads_first_attention}
-
-
 class MlpBlock(nn.Module):
   """Dense → GELU (tanh approximation) → dropout → Dense → dropout."""
 
@@ -209,7 +130,7 @@ class Encoder1DBlock(nn.Module):
         kernel_init=nn.initializers.xavier_uniform(),
         broadcast_dropout=False,
         dropout_rate=self.attention_dropout_rate,
-        attention_fn=ATTENTION_FNS[self.attention_impl],
+        attention_fn=ops.ATTENTION_FNS[self.attention_impl],
     )(x, x, deterministic=deterministic, sow_weights=sow)
     x = nn.Dropout(rate=self.dropout_rate)(x, deterministic=deterministic)
     x = inputs + drop_path(x, deterministic=deterministic)
@@ -218,32 +139,6 @@ class Encoder1DBlock(nn.Module):
     y = MlpBlock(mlp_dim=self.mlp_dim, dtype=self.dtype, param_dtype=self.param_dtype,
                  dropout_rate=self.dropout_rate)(y, deterministic=deterministic)
     return x + drop_path(y, deterministic=deterministic)
-
-
-def rematerialized(fn: Callable[[Any, Array, Array], Array]) -> Callable[..., Array]:
-  """`fn(params, x, rng)` that keeps only its inputs and recomputes the rest for the gradient.
-
-  Unlike `jax.checkpoint`, the recomputation reads `x + 0 * cotangent`, so it cannot start
-  before the backward pass reaches this call: XLA:CPU removes `jax.checkpoint`'s optimisation
-  barriers early and CSE then merges the recomputation back into the forward pass (no memory
-  saved). The result is the same as `x` for finite cotangents, so gradients are unchanged.
-  """
-
-  @jax.custom_vjp
-  def call(params, x, rng):
-    return fn(params, x, rng)
-
-  def forward(params, x, rng):
-    return fn(params, x, rng), (params, x, rng)
-
-  def backward(residuals, cotangent):
-    params, x, rng = residuals
-    x = x + jnp.zeros_like(x) * cotangent.astype(x.dtype)
-    _, vjp = jax.vjp(lambda p, inputs: fn(p, inputs, rng), params, x)
-    return (*vjp(cotangent), None)
-
-  call.defvjp(forward, backward)
-  return call
 
 
 class Encoder(nn.Module):
@@ -295,7 +190,7 @@ class Encoder(nn.Module):
       rngs = {'dropout': key} if random else None
       return definition.apply({'params': params}, inputs, deterministic, rngs=rngs)
 
-    return rematerialized(apply)(block.variables['params'], x, rng)
+    return ops.rematerialized(apply)(block.variables['params'], x, rng)
 
   def _add_position_embedding(self, x: Array, grid_shape: Optional[Tuple[int, int]]) -> Array:
     if not self.add_position_embedding or self.posemb == 'none':
@@ -354,7 +249,7 @@ class VisionTransformer(nn.Module):
   def __post_init__(self):
     _check_choice('classifier', self.classifier, CLASSIFIERS)
     _check_choice('posemb', self.posemb, POSEMB_KINDS)
-    _check_choice('attention_impl', self.attention_impl, ATTENTION_IMPLS)
+    _check_choice('attention_impl', self.attention_impl, tuple(ops.ATTENTION_FNS))
     super().__post_init__()
 
   @nn.compact
