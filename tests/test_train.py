@@ -14,6 +14,7 @@ import tensorflow_datasets as tfds
 
 from vit_jax import checkpoint
 from vit_jax import config_lib
+from vit_jax import main
 from vit_jax import models
 from vit_jax import optim
 from vit_jax import parallel
@@ -110,7 +111,7 @@ def test_pretrain_then_finetune_chain(tmp_path, mock_cifar10):
   config.trainer = 'pretrain_then_finetune'
   config.pretrain = make_config(optim='adamw', base_lr=1e-3, pp=dict(crop=16))
   config.finetune = make_config(total_steps=2, pp=dict(crop=32))
-  result = train.get_trainer(config.trainer)(config, str(tmp_path))
+  result = main.get_trainer(config.trainer)(config, str(tmp_path))
   assert result['finetune']['num_examples'] == 10
   pre = final_params(str(tmp_path / 'pretrain'))
   fine = final_params(str(tmp_path / 'finetune'))
@@ -276,7 +277,7 @@ def test_bad_config_is_a_clear_error(tmp_path, mock_cifar10, overrides, message)
 
 def test_unknown_trainer():
   with pytest.raises(ValueError, match='Unknown trainer'):
-    train.get_trainer('nope')
+    main.get_trainer('nope')
 
 
 def test_finetune_on_an_image_directory_from_a_local_npz(tmp_path):
@@ -295,5 +296,5 @@ def test_inference_time_trainer(tmp_path):
   config = ml_collections.ConfigDict(dict(
       trainer='inference_time', model_name='testing', batch=4, num_classes=10, image_size=32,
       steps=2, initial_steps=1))
-  result = train.get_trainer(config.trainer)(config, str(tmp_path))
+  result = main.get_trainer(config.trainer)(config, str(tmp_path))
   assert result['imgs_sec_core_median'] > 0

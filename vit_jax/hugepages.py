@@ -9,7 +9,7 @@ malloc asks for transparent huge pages on its mappings (`madvise(MADV_HUGEPAGE)`
 kernel honours in its common `madvise` THP mode: 2 MiB per fault, ~100x fewer faults, and the
 memory is still returned after each step. Tunables are read when a process starts, so
 `python -m vit_jax.main` re-executes itself once with it set (same PID, arguments and
-environment otherwise) and `vit_jax.benchmark` starts its workers with it. `VIT_JAX_HUGEPAGES=0`
+environment otherwise) and `benchmarks/vs_timm.py` starts its workers with it. `VIT_JAX_HUGEPAGES=0`
 turns this off.
 """
 

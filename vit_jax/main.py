@@ -6,11 +6,13 @@ Examples:
   python -m vit_jax.main --config=configs/vit.py:b16,cifar10 --config.batch=64
 """
 
+import importlib
 import logging as python_logging
 import os
 import sys
 import time
 import traceback
+from typing import Any, Callable, Dict
 
 from absl import app
 from absl import flags
@@ -18,6 +20,14 @@ from absl import logging
 from ml_collections import config_flags
 
 from vit_jax import hugepages
+
+# config.trainer → 'module:function(config, workdir)', imported only when chosen (jax is slow to
+# import, and inference_time is only needed for throughput runs).
+TRAINERS = {
+    'train': 'vit_jax.train:train_and_evaluate',
+    'pretrain_then_finetune': 'vit_jax.train:pretrain_then_finetune',
+    'inference_time': 'vit_jax.inference_time:inference_time',
+}
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Run directory (default: a new runs/<time>).')
 _COORDINATOR = flags.DEFINE_string(
@@ -55,11 +65,18 @@ class QuietLibraries(python_logging.Filter):
         part in record.pathname for part in self.NOISY)
 
 
+def get_trainer(name: str) -> Callable[[Any, str], Dict[str, Any]]:
+  """The function that runs `config.trainer`."""
+  if name not in TRAINERS:
+    raise ValueError(f'Unknown trainer={name!r}; use one of {", ".join(TRAINERS)}.')
+  module, function = TRAINERS[name].split(':')
+  return getattr(importlib.import_module(module), function)
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   from vit_jax import parallel  # Imported after flag parsing: importing jax is slow.
-  from vit_jax import train
   parallel.maybe_initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value,
                                         _PROCESS_ID.value)
   import jax
@@ -73,7 +90,7 @@ def main(argv):
     logging.info('glibc.malloc.hugetlb=1: XLA:CPU buffers use transparent huge pages '
                  '(fewer page faults per step; %s=0 turns it off).', hugepages.OPT_OUT)
   try:
-    result = train.get_trainer(config.get('trainer', 'train'))(config, workdir)
+    result = get_trainer(config.trainer)(config, workdir)
   except (ValueError, FileNotFoundError, PermissionError) as e:
     # User errors (bad config, missing data or checkpoint): one line, traceback to the log.
     logging.debug('%s', traceback.format_exc())

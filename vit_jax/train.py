@@ -527,18 +527,5 @@ def pretrain_then_finetune(config: ml_collections.ConfigDict, workdir: str) -> D
   return {'pretrain': pre, 'finetune': fine}
 
 
-TRAINERS = {'train': train_and_evaluate, 'pretrain_then_finetune': pretrain_then_finetune}
-
-
-def get_trainer(name: str) -> Callable[[ml_collections.ConfigDict, str], Dict[str, Any]]:
-  if name == 'inference_time':
-    from vit_jax import inference_time  # Imported lazily: benchmark-only dependency.
-    return inference_time.inference_time
-  if name not in TRAINERS:
-    raise ValueError(f'Unknown trainer={name!r}; use one of {", ".join(TRAINERS)}, '
-                     'inference_time.')
-  return TRAINERS[name]
-
-
 __all__ = ['train_and_evaluate', 'pretrain_then_finetune', 'make_train_step', 'make_eval_step',
-           'accumulate_gradient', 'evaluate', 'get_trainer']
+           'accumulate_gradient', 'evaluate']

@@ -1,6 +1,6 @@
 """Speed, memory and MFU of a ViT on this machine, against timm and the plain Flax path.
 
-  python -m vit_jax.benchmark --model=ViT-B_16 --image=224 --batch=8 --mode=train --vs-timm \\
+  python benchmarks/vs_timm.py --model=ViT-B_16 --image=224 --batch=8 --mode=train --vs-timm \\
       --attention_impl=heads_first --repeats=5
 
 Each variant runs in its own worker process (so the peak memory it reports is its own, and JAX
@@ -326,7 +326,7 @@ class Worker:
 
   def __init__(self, kind: str, mode: str, argv: Sequence[str], huge: bool):
     self.kind = kind
-    cmd = [sys.executable, '-m', 'vit_jax.benchmark', *argv, f'--worker={kind}',
+    cmd = [sys.executable, os.path.abspath(__file__), *argv, f'--worker={kind}',
            f'--mode={mode}']
     # Several JAX workers share one accelerator: none may grab most of its memory up front.
     env = {'XLA_PYTHON_CLIENT_PREALLOCATE': 'false', **os.environ}
@@ -419,7 +419,7 @@ def run_mode(fv: flags.FlagValues, mode: str, argv: Sequence[str]) -> str:
     if other in speed:
       lines.append(f'  speed-up ours/{other}: {speed["ours"] / speed[other]:.2f}x')
   if fv.check and 'plain' in speed:
-    proc = subprocess.run([sys.executable, '-m', 'vit_jax.benchmark', *argv, '--worker=check',
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), *argv, '--worker=check',
                            f'--mode={mode}'], stdout=subprocess.PIPE, text=True, check=True)
     result = json.loads(proc.stdout.split(_MARK)[-1])
     lines.append('  check ours vs plain: ' + ', '.join(f'{k}={v:.2e}' for k, v in result.items()))
