@@ -5,11 +5,11 @@ import os
 import struct
 from unittest import mock
 
-import ml_collections
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
+from vit_jax import config_lib
 from vit_jax import fashion_mnist
 from vit_jax import input_pipeline
 
@@ -83,20 +83,32 @@ def test_missing_files_say_how_to_get_them(tmp_path):
       fashion_mnist.find_source_dir(None)
 
 
-def test_input_pipeline_falls_back_offline(idx_dir, tmp_path):
-  """Unprepared fashion_mnist with unreachable servers → prepared locally, then batches."""
-  config = ml_collections.ConfigDict(dict(
-      dataset='fashion_mnist', tfds_data_dir=str(tmp_path / 'tfds'), tfds_manual_dir=None,
-      fashion_mnist_dir=idx_dir, pp=dict(train='train', test='test', crop=28,
-                                         train_aug='pad_flip'),
-      mixup=0., batch=4, batch_eval=4, shuffle_buffer=20, seed=0, prefetch=1))
-  with mock.patch.object(input_pipeline, '_can_connect', return_value=False):
+def test_input_pipeline_prepares_from_local_files_without_network(idx_dir, tmp_path):
+  """Unprepared fashion_mnist with local idx files → prepared from them; no network is tried."""
+  config = config_lib.get_config()
+  config.update(dict(dataset='fashion_mnist', tfds_data_dir=str(tmp_path / 'tfds'),
+                     fashion_mnist_dir=idx_dir, batch=4, batch_eval=4, shuffle_buffer=20,
+                     prefetch=1))
+  config.pp.update(dict(train='train', test='test', crop=28, train_aug='pad_flip'))
+  with mock.patch.object(input_pipeline, '_can_connect', side_effect=AssertionError('probe')), \
+       mock.patch.object(tfds.download.DownloadManager, 'download_and_extract',
+                         side_effect=AssertionError('download')):
     info = input_pipeline.get_dataset_info(config)
   assert (info.num_train_examples, info.num_test_examples) == (20, 10)
   assert info.class_names == tuple(NAMES)
   batch = next(input_pipeline.get_train_data(config))
   assert batch['image'].shape == (4, 28, 28, 3) and batch['label'].shape == (4, 10)
   assert len(list(input_pipeline.get_eval_data(config).batches())) == 3
+
+
+def test_prepare_command(idx_dir, tmp_path, capsys):
+  data_dir = str(tmp_path / 'tfds')
+  assert fashion_mnist.main([f'--data_dir={data_dir}', f'--source_dir={idx_dir}']) == 0
+  assert tfds.builder('fashion_mnist', data_dir=data_dir).is_prepared()
+  with mock.patch.dict(os.environ, {fashion_mnist.SOURCE_DIR_ENV: ''}), \
+       mock.patch.object(fashion_mnist, 'DEFAULT_SOURCE_DIR', str(tmp_path / 'none')):
+    assert fashion_mnist.main([f'--data_dir={tmp_path}/other', f'--source_dir={tmp_path}']) == 1
+  assert 'fashion_mnist: error:' in capsys.readouterr().err
 
 
 @pytest.mark.skipif(not os.path.isfile(os.path.join(

@@ -11,16 +11,16 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from PIL import Image
 
+from vit_jax import config_lib
 from vit_jax import input_pipeline
 from vit_jax import randaugment
 
 
 def make_config(**overrides) -> ml_collections.ConfigDict:
-  config = ml_collections.ConfigDict(dict(
-      dataset='cifar10', tfds_data_dir=None, tfds_manual_dir=None,
-      pp=dict(train='train', test='test', crop=16, train_aug='inception',
-              randaug=dict(num_layers=0, magnitude=10)),
-      mixup=0., batch=4, batch_eval=4, shuffle_buffer=100, seed=0, prefetch=1))
+  """The base config on mock CIFAR-10 at 16px, batches of 4."""
+  config = config_lib.get_config()
+  config.update(dict(dataset='cifar10', batch=4, batch_eval=4, shuffle_buffer=100, prefetch=1,
+                     pp=dict(train='train', test='test', crop=16)))
   config.update(overrides)
   return config
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from test_features import write_checkpoint, write_images
+from vit_jax import config_lib
 from vit_jax import features
 from vit_jax import predict
 
@@ -143,7 +144,6 @@ def test_command_line_exit_status_and_stderr(setup, tmp_path):
 
 def test_predictions_agree_with_the_eval_pipeline(setup, tmp_path, capsys):
   """predict on image files = `input_pipeline.get_eval_data` + `model.apply` on the same files."""
-  import ml_collections
   from PIL import Image
   from vit_jax import input_pipeline
   ckpt, _, _ = setup
@@ -158,9 +158,9 @@ def test_predictions_agree_with_the_eval_pipeline(setup, tmp_path, capsys):
         path = folder / f'{i}.{ext}'
         Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8), mode).save(path)
         files += [str(path)] if split == 'test' else []
-  config = ml_collections.ConfigDict(dict(
-      dataset=str(tmp_path / 'data'), tfds_data_dir=None, tfds_manual_dir=None,
-      pp=dict(train='train', test='test', crop=32), batch_eval=4))
+  config = config_lib.get_config()
+  config.update(dict(dataset=str(tmp_path / 'data'), batch_eval=4,
+                     pp=dict(train='train', test='test', crop=32)))
   loaded = features.load_model(ckpt, 'testing')
   logits = np.concatenate([
       np.asarray(loaded.model.apply({'params': loaded.params}, b['image'], train=False))[

@@ -31,6 +31,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.dataset = ''  # A TFDS name or a directory with {train,test}/<class>/*.jpg.
   c.tfds_data_dir = config_dict.placeholder(str)  # TFDS data_dir (None: TFDS default).
   c.tfds_manual_dir = config_dict.placeholder(str)  # For datasets that need a manual download.
+  # fashion_mnist only: a folder with the four idx .gz files, used instead of downloading when
+  # the TFDS copy is not prepared ('' = $FASHION_MNIST_DIR, else Debian's dataset-fashion-mnist).
+  c.fashion_mnist_dir = ''
   c.data_sharding = 'split'  # 'split': each process reads its share; 'stream': see input_pipeline.
   c.pp = ml_collections.ConfigDict()
   c.pp.train = 'train'  # Train split (TFDS slicing syntax).

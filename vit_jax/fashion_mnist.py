@@ -1,5 +1,10 @@
 """Prepares TFDS `fashion_mnist` from local idx files, for machines that cannot download it.
 
+  python -m vit_jax.fashion_mnist [--data_dir=TFDS_DATA_DIR] [--source_dir=IDX_DIR]
+
+(`scripts/setup.sh` runs this; a run with config.dataset='fashion_mnist' also does it when the
+TFDS copy is missing and the local files exist: see `config.fashion_mnist_dir`.)
+
 Debian's `dataset-fashion-mnist` package ships the original idx files under
 `/usr/share/datasets/fashion-mnist/`, re-gzipped, so their checksums differ from the ones TFDS
 registers and TFDS's own download manager would reject them as a manual download. Instead, a
@@ -10,8 +15,9 @@ the idx files directly and writes the usual TFDS files into the data dir. Afterw
 
 import gzip
 import os
+import sys
 import time
-from typing import Dict, Iterator, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -25,6 +31,8 @@ FILENAMES: Dict[str, Tuple[str, str]] = {
     'train': ('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz'),
     'test': ('t10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz'),
 }
+
+_NEEDED = tuple(name for pair in FILENAMES.values() for name in pair)
 
 # Third byte of an idx file's magic number → element type (all multi-byte types big-endian).
 _IDX_DTYPES = {
@@ -76,21 +84,30 @@ def read_idx(path: str) -> np.ndarray:
     return parse_idx(f.read(), name=path)
 
 
+def _candidates(source_dir: Optional[str]) -> List[str]:
+  return [c for c in (source_dir, os.environ.get(SOURCE_DIR_ENV), DEFAULT_SOURCE_DIR) if c]
+
+
+def local_source_dir(source_dir: Optional[str] = None) -> Optional[str]:
+  """The first of `source_dir`, `$FASHION_MNIST_DIR` and the Debian folder with all four files."""
+  for candidate in _candidates(source_dir):
+    if all(os.path.isfile(os.path.join(candidate, name)) for name in _NEEDED):
+      return candidate
+  return None
+
+
 def find_source_dir(source_dir: Optional[str] = None) -> str:
   """Returns the first of `source_dir`, `$FASHION_MNIST_DIR`, the Debian dir holding all files.
 
   Raises:
     ValueError: When none of them holds the four idx files.
   """
-  candidates = [source_dir, os.environ.get(SOURCE_DIR_ENV), DEFAULT_SOURCE_DIR]
-  needed = [name for pair in FILENAMES.values() for name in pair]
-  for candidate in filter(None, candidates):
-    if all(os.path.isfile(os.path.join(candidate, name)) for name in needed):
-      return candidate
-  tried = ', '.join(c for c in candidates if c)
+  found = local_source_dir(source_dir)
+  if found:
+    return found
   raise ValueError(
-      f'fashion_mnist cannot be downloaded and no local copy was found (looked in {tried} '
-      f'for {", ".join(needed)}): run `apt-get install dataset-fashion-mnist`, or set '
+      f'no local copy of fashion_mnist was found (looked in {", ".join(_candidates(source_dir))} '
+      f'for {", ".join(_NEEDED)}): run `apt-get install dataset-fashion-mnist`, or set '
       f'{SOURCE_DIR_ENV} (or config.fashion_mnist_dir) to a folder with these files.')
 
 
@@ -156,3 +173,24 @@ def prepare(data_dir: Optional[str] = None, source_dir: Optional[str] = None) ->
   builder.download_and_prepare(
       download_config=tfds.download.DownloadConfig(try_download_gcs=False))
   logging.info('Prepared fashion_mnist in %.1fs', time.time() - start)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  """`python -m vit_jax.fashion_mnist`: prepares the TFDS copy; one line and 1 on errors."""
+  import argparse
+  parser = argparse.ArgumentParser(description='Prepare TFDS fashion_mnist from local idx files.')
+  parser.add_argument('--data_dir', default=None, help='TFDS data dir (default: TFDS default).')
+  parser.add_argument('--source_dir', default=None, help=f'idx files (default: ${SOURCE_DIR_ENV} '
+                      f'or {DEFAULT_SOURCE_DIR}).')
+  args = parser.parse_args(argv)
+  try:
+    prepare(args.data_dir, args.source_dir)
+  except ValueError as e:
+    print(f'fashion_mnist: error: {e}', file=sys.stderr)
+    return 1
+  print(f'fashion_mnist is prepared in {args.data_dir or "the TFDS default data dir"}.')
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

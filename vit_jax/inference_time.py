@@ -32,7 +32,7 @@ def time_calls(fn, *args, steps: int, warmup: int) -> np.ndarray:
 def inference_time(config: Any, workdir: str) -> Dict[str, float]:
   """Measures forward throughput of `config.model_name` at `config.batch` x `config.image_size`."""
   for field in ('batch', 'num_classes', 'image_size', 'steps'):
-    if not config.get(field):
+    if not config[field]:
       raise ValueError(f'inference_time needs --config.{field} > 0.')
   mesh = parallel.make_mesh()
   parallel.check_batch_size(config.batch, mesh)
@@ -48,7 +48,7 @@ def inference_time(config: Any, workdir: str) -> Dict[str, float]:
   jax.block_until_ready(forward(params, images))
   logging.info('Compiled and ran the first step in %.1fs.', time.perf_counter() - start)
   times = time_calls(forward, params, images, steps=config.steps,
-                     warmup=config.get('initial_steps', 10))
+                     warmup=config.initial_steps)
   per_core = config.batch / jax.device_count() / times
   result = {'imgs_sec_core_median': float(np.median(per_core)),
             'imgs_sec_core_min': float(per_core.min()), 'imgs_sec_core_max': float(per_core.max()),

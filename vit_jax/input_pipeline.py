@@ -17,7 +17,7 @@ import math
 import os
 import socket
 import urllib.parse
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import jax
 import numpy as np
@@ -129,10 +129,10 @@ def get_train_data(config: Any, *, start_batch: int = 0) -> Iterator[Batch]:
   augment = _make_train_preprocess(config, split.read, len(source.class_names))
   base_seed = _process_seed(config, shared=stream)
   example_seed = tf.random.experimental.stateless_fold_in(base_seed, 0)
-  buffer = max(1, min(int(config.get('shuffle_buffer', 50_000)), split.num_examples))
+  buffer = max(1, min(int(config.shuffle_buffer), split.num_examples))
   # Repeat before shuffle (as the official pipeline): one shuffle spans epoch boundaries, so
   # the whole stream is a function of the seed and the position in it.
-  ds = split.make().repeat().shuffle(buffer, seed=int(config.get('seed', 0)))
+  ds = split.make().repeat().shuffle(buffer, seed=int(config.seed))
   if stream:
     # Every process walks the same shuffled stream and keeps its slice of each global batch:
     # the global batches, and so training, do not depend on the number of processes.
@@ -145,14 +145,14 @@ def get_train_data(config: Any, *, start_batch: int = 0) -> Iterator[Batch]:
       example, tf.random.experimental.stateless_fold_in(example_seed, index)),
               num_parallel_calls=tf.data.AUTOTUNE)
   ds = ds.batch(local_batch, drop_remainder=True)
-  alpha = float(config.get('mixup', 0.))
+  alpha = float(config.mixup)
   if alpha < 0:
     raise ValueError(f'mixup must be >= 0 (0 = off), got {alpha}.')
   if alpha > 0:
     mixup_seed = tf.random.experimental.stateless_fold_in(base_seed, 1)
     ds = ds.enumerate(start=start_batch).map(lambda index, batch: _mixup(
         batch, alpha, tf.random.experimental.stateless_fold_in(mixup_seed, index)))
-  ds = ds.prefetch(max(1, int(config.get('prefetch', 2))))
+  ds = ds.prefetch(max(1, int(config.prefetch)))
   return iter(tfds.as_numpy(ds))
 
 
@@ -221,7 +221,7 @@ def _process_seed(config: Any, shared: bool = False) -> tf.Tensor:
   With `shared` (the 'stream' sharding) positions are global, so one seed serves all processes.
   """
   process = 0 if shared else jax.process_index()
-  return tf.constant([int(config.get('seed', 0)), process], tf.int64)
+  return tf.constant([int(config.seed), process], tf.int64)
 
 
 DATA_SHARDINGS = ('split', 'stream')
@@ -233,7 +233,7 @@ def _sharding(config: Any) -> str:
   'stream': each process reads the whole shuffled stream and keeps its slice of each global
   batch: results identical for any number of processes (costs reading everything everywhere).
   """
-  mode = config.get('data_sharding', 'split')
+  mode = config.data_sharding
   if mode not in DATA_SHARDINGS:
     raise ValueError(f'config.data_sharding={mode!r} is unknown; use one of {DATA_SHARDINGS}.')
   return mode
@@ -286,8 +286,14 @@ def _count(ds: tf.data.Dataset) -> int:
 
 
 def _prepared_builder(config: Any) -> tfds.core.DatasetBuilder:
-  """The TFDS builder of `config.dataset`, downloaded and prepared (or a clear ValueError)."""
-  name, data_dir = config.dataset, config.get('tfds_data_dir')
+  """The TFDS builder of `config.dataset`, prepared (or a clear ValueError).
+
+  fashion_mnist is prepared from local idx files when they exist (`config.fashion_mnist_dir`,
+  $FASHION_MNIST_DIR or Debian's dataset-fashion-mnist): the same records, no download. Other
+  datasets are downloaded by TFDS; an unreachable download host fails in seconds, not after
+  TFDS's ~3.5 minutes of retries.
+  """
+  name, data_dir = config.dataset, config.tfds_data_dir
   try:
     builder = tfds.builder(name, data_dir=data_dir)
   except (tfds.core.registered.DatasetNotFoundError, ValueError, AssertionError) as e:
@@ -295,34 +301,34 @@ def _prepared_builder(config: Any) -> tfds.core.DatasetBuilder:
                      'not a directory with train/<class>/*.jpg and test/<class>/*.jpg.') from None
   if builder.is_prepared():
     return builder
-  manual_dir = config.get('tfds_manual_dir')
+  if builder.name == 'fashion_mnist' and fashion_mnist.local_source_dir(config.fashion_mnist_dir):
+    fashion_mnist.prepare(data_dir, config.fashion_mnist_dir)
+    return tfds.builder(name, data_dir=data_dir)
+  manual_dir = config.tfds_manual_dir
   if builder.MANUAL_DOWNLOAD_INSTRUCTIONS and not manual_dir:
     raise ValueError(f'TFDS dataset {name!r} needs a manual download: set '
                      'config.tfds_manual_dir to the folder with its files (see the TFDS catalog), '
                      'or config.tfds_data_dir to where it is already prepared.')
   if not manual_dir and not _download_is_mocked() and not _download_hosts_reachable(builder):
-    return _prepare_offline(config, builder, 'its download servers are unreachable')
+    raise _not_prepared(config, builder, 'its download servers are unreachable')
   try:
     builder.download_and_prepare(
         download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
   except Exception as e:  # noqa: BLE001  # Network, checksum, disk errors: all mean offline.
-    return _prepare_offline(config, builder, f'the download failed ({type(e).__name__}: '
-                            f'{str(e).splitlines()[0] if str(e) else ""})', cause=e)
+    raise _not_prepared(config, builder, f'the download failed ({type(e).__name__}: '
+                        f'{str(e).splitlines()[0] if str(e) else ""})') from e
   return builder
 
 
-def _prepare_offline(config: Any, builder: tfds.core.DatasetBuilder, reason: str,
-                     cause: Optional[Exception] = None) -> tfds.core.DatasetBuilder:
-  """fashion_mnist: prepares it from local idx files; any other dataset: a ValueError."""
-  if builder.name == 'fashion_mnist':
-    logging.warning('fashion_mnist: %s; preparing it from local idx files.', reason)
-    fashion_mnist.prepare(config.get('tfds_data_dir'), config.get('fashion_mnist_dir'))
-    return tfds.builder(config.dataset, data_dir=config.get('tfds_data_dir'))
-  raise ValueError(
+def _not_prepared(config: Any, builder: tfds.core.DatasetBuilder, reason: str) -> ValueError:
+  hint = (' For fashion_mnist offline: `apt-get install dataset-fashion-mnist` or set '
+          'config.fashion_mnist_dir to a folder with its idx files.'
+          if builder.name == 'fashion_mnist' else '')
+  return ValueError(
       f'TFDS dataset {config.dataset!r} is not prepared in {builder.data_dir} and cannot be '
       f'downloaded: {reason}. Set config.tfds_data_dir to a folder where it is prepared, '
       'config.tfds_manual_dir to its downloaded files, or config.dataset to a directory of '
-      'images (train/<class>/*.jpg, test/<class>/*.jpg).') from cause
+      f'images (train/<class>/*.jpg, test/<class>/*.jpg).{hint}')
 
 
 def _download_is_mocked() -> bool:
@@ -452,19 +458,18 @@ def _make_train_preprocess(config: Any, read: Callable[[tf.Tensor], tf.Tensor],
                                                          Dict[str, tf.Tensor]]:
   """Returns preprocess(example, seed) for training, with config validated once."""
   crop = _crop(config)
-  aug = config.pp.get('train_aug', 'inception')
-  area_min = float(config.pp.get('area_min', 0.05))
+  aug = config.pp.train_aug
+  area_min = float(config.pp.area_min)
   if not 0 < area_min <= 1:
     raise ValueError(f'config.pp.area_min={area_min} must be in (0, 1] (the smallest crop area).')
   if aug not in TRAIN_AUGS:
     raise ValueError(f'config.pp.train_aug={aug!r} is unknown; use one of {TRAIN_AUGS}.')
-  randaug = config.pp.get('randaug', None)
-  num_layers = int(randaug.get('num_layers', 0)) if randaug else 0
-  magnitude = float(randaug.get('magnitude', 10)) if randaug else 0.
+  num_layers = int(config.pp.randaug.num_layers)
+  magnitude = float(config.pp.randaug.magnitude)
   if num_layers < 0 or not 0 <= magnitude <= randaugment.MAX_MAGNITUDE:
     raise ValueError(f'config.pp.randaug needs num_layers >= 0 and magnitude in '
                      f'[0, {randaugment.MAX_MAGNITUDE}], got {num_layers}, {magnitude}.')
-  erase = float(config.pp.get('random_erase', 0.))
+  erase = float(config.pp.random_erase)
   if not 0 <= erase <= 1:
     raise ValueError(f'config.pp.random_erase={erase} must be a probability in [0, 1] (0 = off).')
 

@@ -36,18 +36,18 @@ def make_optimizer(config: Any, schedule: optax.Schedule) -> optax.GradientTrans
   Config fields: optim ('sgd'|'adamw'), grad_norm_clip, optim_dtype (SGD momentum dtype,
   'bfloat16' as in the official code saves memory), b1, b2, weight_decay (decoupled, AdamW).
   """
-  name = config.get('optim', 'sgd')
+  name = config.optim
   if name not in OPTIMIZERS:
     raise ValueError(f'Unknown optim={name!r}; use one of {", ".join(OPTIMIZERS)}.')
-  clip = config.get('grad_norm_clip')
+  clip = config.grad_norm_clip
   chain = [optax.clip_by_global_norm(clip)] if clip else []
   if name == 'sgd':
-    if config.get('weight_decay'):
+    if config.weight_decay:
       raise ValueError('weight_decay is only used with optim="adamw"; official fine-tuning uses '
                        'none. Set --config.weight_decay=0 or --config.optim=adamw.')
     chain.append(optax.sgd(schedule, momentum=0.9,
-                           accumulator_dtype=jnp.dtype(config.get('optim_dtype', 'float32'))))
+                           accumulator_dtype=jnp.dtype(config.optim_dtype)))
   else:
-    chain.append(optax.adamw(schedule, b1=config.get('b1', 0.9), b2=config.get('b2', 0.999),
-                             weight_decay=config.get('weight_decay', 0.)))
+    chain.append(optax.adamw(schedule, b1=config.b1, b2=config.b2,
+                             weight_decay=config.weight_decay))
   return optax.chain(*chain)

@@ -80,9 +80,9 @@ def accumulate_gradient(loss_fn: Callable, params: Any, images: jax.Array, label
 def make_train_step(model: Any, tx: optax.GradientTransformation, config: Any,
                     mesh: Mesh) -> Callable[[State, Mapping[str, jax.Array]], Tuple[State, Dict]]:
   """Returns the jitted `train_step(state, batch) -> (state, metrics)` (state donated)."""
-  loss_kind = config.get('loss', 'softmax_xent')
-  smoothing = config.get('label_smoothing', 0.)
-  ema_decay = config.get('ema_decay', 0.)
+  loss_kind = config.loss
+  smoothing = config.label_smoothing
+  ema_decay = config.ema_decay
 
   def loss_fn(params, images, labels, rng):
     logits = model.apply({'params': params}, images, train=True, rngs={'dropout': rng})
@@ -92,7 +92,7 @@ def make_train_step(model: Any, tx: optax.GradientTransformation, config: Any,
     # Dropout rng derived from the step: no rng state to carry, identical on every process.
     rng = jax.random.fold_in(jax.random.wrap_key_data(state['rng']), state['step'])
     loss, grads = accumulate_gradient(loss_fn, state['params'], batch['image'], batch['label'],
-                                      rng, config.get('accum_steps') or 1)
+                                      rng, config.accum_steps or 1)
     updates, opt_state = tx.update(grads, state['opt_state'], state['params'])
     params = optax.apply_updates(state['params'], updates)
     new_state = dict(state, params=params, opt_state=opt_state, step=state['step'] + 1)
@@ -137,34 +137,34 @@ def evaluate(eval_step: Callable, params: Any, eval_data: Any, mesh: Mesh) -> Di
 
 def pretrained_path(config: Any) -> Optional[str]:
   """The .npz to fine-tune from: `pretrained_path`, or `pretrained_dir`/<model name>.npz."""
-  if config.get('pretrained_path'):
+  if config.pretrained_path:
     return config.pretrained_path
-  directory = config.get('pretrained_dir')
+  directory = config.pretrained_dir
   if not directory:
     return None
-  name = config.get('model_or_filename') or config.model.model_name
-  if config.get('model_or_filename') and '-' not in name:  # An AugReg model name like 'B_16'.
+  name = config.model_or_filename or config.model.model_name
+  if config.model_or_filename and '-' not in name:  # An AugReg model name like 'B_16'.
     name = checkpoint.best_augreg_filename(name, directory)
   return f'{directory.rstrip("/")}/{name}.npz'
 
 
 def total_steps(config: Any, num_train_examples: int) -> int:
   """`total_steps`, or `num_epochs` over the training split at the global batch size."""
-  if config.get('total_steps'):
+  if config.total_steps:
     return int(config.total_steps)
-  if config.get('num_epochs'):
+  if config.num_epochs:
     return max(int(config.num_epochs * num_train_examples // config.batch), 1)
   raise ValueError('Set --config.total_steps or --config.num_epochs.')
 
 
 def validate_config(config: Any, mesh: Mesh) -> None:
   """Fails early, with one line each, on settings that would only break deep inside JAX."""
-  accum = config.get('accum_steps') or 1
+  accum = config.accum_steps or 1
   parallel.check_batch_size(config.batch, mesh, accum, 'batch')
   parallel.check_batch_size(config.batch_eval, mesh, 1, 'batch_eval')
-  if config.get('loss', 'softmax_xent') not in LOSSES:
+  if config.loss not in LOSSES:
     raise ValueError(f'Unknown loss={config.loss!r}; use one of {", ".join(LOSSES)}.')
-  if not 0. <= config.get('ema_decay', 0.) < 1.:
+  if not 0. <= config.ema_decay < 1.:
     raise ValueError(f'ema_decay={config.ema_decay} must be in [0, 1) (0 turns the weight '
                      'average off; 0.999 averages over ~1000 steps).')
   patch = config.model.patches.size[0] if 'patches' in config.model else 1
@@ -205,7 +205,7 @@ def preflight(config: Any, *, needs_pretrained: bool) -> Any:
 
 
 def _warmup_steps(config: Any, steps: int) -> int:
-  warmup = config.get('warmup_steps', 0)
+  warmup = config.warmup_steps
   if warmup >= steps:
     logging.warning('warmup_steps=%d >= total steps %d: using %d (short run).', warmup, steps,
                     steps // 10)
@@ -220,8 +220,8 @@ def build_trainer(config: Any, *, needs_pretrained: bool = True) -> Trainer:
   info = preflight(config, needs_pretrained=needs_pretrained)
   steps = total_steps(config, info.num_train_examples)
   schedule = optim.learning_rate_schedule(
-      total_steps=steps, base_lr=config.base_lr, decay_type=config.get('decay_type', 'cosine'),
-      warmup_steps=_warmup_steps(config, steps), linear_end=config.get('linear_end', 1e-5))
+      total_steps=steps, base_lr=config.base_lr, decay_type=config.decay_type,
+      warmup_steps=_warmup_steps(config, steps), linear_end=config.linear_end)
   model = models.get_model(config.model, num_classes=info.num_classes)
   grid = models.token_grid(config.model, (config.pp.crop, config.pp.crop))
   return Trainer(config, model, optim.make_optimizer(config, schedule), schedule, mesh, steps,
@@ -233,7 +233,7 @@ def init_state(trainer: Trainer, *, abstract: bool = False) -> State:
   config, mesh = trainer.config, trainer.mesh
   replicated = parallel.replicated(mesh)
   dummy = jnp.zeros((1, config.pp.crop, config.pp.crop, 3), jnp.float32)
-  seed_key = jax.random.key(config.get('seed', 0))
+  seed_key = jax.random.key(config.seed)
 
   def fresh_params():
     return trainer.model.init(seed_key, dummy, train=False)['params']
@@ -241,7 +241,7 @@ def init_state(trainer: Trainer, *, abstract: bool = False) -> State:
   def make_state(params):
     state = {'params': params, 'opt_state': trainer.tx.init(params),
              'step': jnp.zeros((), jnp.int32), 'rng': jax.random.key_data(seed_key)}
-    if config.get('ema_decay', 0.):  # Starts from the initial (or pretrained) weights.
+    if config.ema_decay:  # Starts from the initial (or pretrained) weights.
       state['ema_params'] = jax.tree.map(jnp.copy, params)
     return state
 
@@ -253,13 +253,13 @@ def init_state(trainer: Trainer, *, abstract: bool = False) -> State:
     logging.info('Fine-tuning from %s', path)
     loaded = checkpoint.load_pretrained(
         pretrained_path=path, init_params=parallel.to_host(params), model_config=config.model,
-        grid_shape=trainer.grid_shape, keep_head=config.get('keep_head', False))
+        grid_shape=trainer.grid_shape, keep_head=config.keep_head)
     params = parallel.put_replicated(loaded, mesh)
   return jax.jit(make_state, out_shardings=replicated)(params)
 
 
 def make_checkpoint_manager(workdir: str, config: Any) -> ocp.CheckpointManager:
-  options = ocp.CheckpointManagerOptions(max_to_keep=config.get('keep_checkpoints', 3),
+  options = ocp.CheckpointManagerOptions(max_to_keep=config.keep_checkpoints,
                                          create=True)
   # The handler is named so that `item_metadata` can read a checkpoint's tree before restoring.
   return ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, 'checkpoints')),
@@ -454,7 +454,7 @@ def _train_loop(trainer: Trainer, state: State, start: int, manager: ocp.Checkpo
   config, total = trainer.config, trainer.total_steps
   train_step = make_train_step(trainer.model, trainer.tx, config, trainer.mesh)
   batches = device_prefetch(input_pipeline.get_train_data(config, start_batch=start),
-                            trainer.mesh, config.get('prefetch', 2))
+                            trainer.mesh, config.prefetch)
   stop = StopSignal()
   nonfinite, checked_step, result = jnp.zeros((), bool), start, {}
   try:
@@ -465,15 +465,15 @@ def _train_loop(trainer: Trainer, state: State, start: int, manager: ocp.Checkpo
       nonfinite = nonfinite | ~jnp.isfinite(metrics['loss'])
       if step == start + 1:
         logging.info('First step done (includes compilation).')
-      stopping = stop.check(step, config.get('progress_every'))
-      save_due = _is_due(step, config.get('checkpoint_every'), total) or stopping
-      if _is_due(step, config.get('progress_every'), total) or save_due:
+      stopping = stop.check(step, config.progress_every)
+      save_due = _is_due(step, config.checkpoint_every, total) or stopping
+      if _is_due(step, config.progress_every, total) or save_due:
         _check_finite(nonfinite, checked_step, step, manager)
         checked_step = step
-      if _is_due(step, config.get('progress_every'), total):
+      if _is_due(step, config.progress_every, total):
         progress.train(step, float(parallel.to_host(metrics['loss'])),
                        float(trainer.schedule(step)))
-      if _is_due(step, config.get('eval_every'), total):
+      if _is_due(step, config.eval_every, total):
         result = run_eval(trainer, eval_step, state, eval_data, progress, step)
       if save_due:
         manager.save(step, args=ocp.args.StandardSave(state))
