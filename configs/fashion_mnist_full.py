@@ -1,32 +1,21 @@
 r"""The full from-scratch Fashion-MNIST recipe in two stages (long; run it in the background).
 
-Command (wall time and accuracy measured here: see the README's Fashion-MNIST table):
+Commands (both stages; stage 1 alone):
   python -m vit_jax.main --config=configs/fashion_mnist_full.py --workdir=runs/fmnist_full
+  python -m vit_jax.main --config=configs/fashion_mnist_full.py:pretrain --workdir=runs/fmnist_44
 Stage 1 (runs/fmnist_full/pretrain) trains a small hybrid ViT in the paper's sense (like
-R+ViT-Ti_16) from scratch on images upsampled to 56x56: the official ResNet root (7x7 conv with
-stride 2, GroupNorm, max-pool with stride 2) makes a 14x14 grid of 64-channel features, so the
-convolution sees every original pixel at stride 1; 2x2 patches of it make 7x7 = 49 tokens, then
-4 pre-LN blocks of width 128 (MLP 384); 0.71M parameters. AugReg-style regularisation: random
-translation (reflect-pad 1/8 + crop) and flips, label smoothing 0.1, AdamW weight decay 0.05,
-1 warmup epoch then cosine, 44 epochs. It exports runs/fmnist_full/pretrain/params.npz.
-Stage 2 (runs/fmnist_full/finetune) fine-tunes that npz at 64x64 (8x8 = 64 tokens, the
-position embeddings interpolated, head kept) for 3 epochs at lr 5e-4; its npz is the final one.
-(64px rather than 80px: a 64px step costs ~1.3x a 56px step, an 80px step ~2.2x, and the 40-epoch
-npz scored 92.27% at 64px before any fine-tuning against 89.92% at 80px.)
+R+ViT-Ti_16, 0.71M parameters) from scratch on images upsampled to 56x56: the official ResNet
+root (7x7 conv with stride 2, GroupNorm, max-pool with stride 2) makes a 14x14 grid of
+64-channel features, so the convolution sees every original pixel at stride 1; 2x2 patches of it
+make 7x7 = 49 tokens, then 4 pre-LN blocks of width 128 (MLP 384). AugReg-style regularisation:
+random translation (reflect-pad 1/8 + crop) and flips, label smoothing 0.1, AdamW weight decay
+0.05, 1 warmup epoch then cosine, 44 epochs; it exports runs/fmnist_full/pretrain/params.npz.
+Stage 2 (runs/fmnist_full/finetune) fine-tunes that npz at 64x64 (8x8 tokens, position
+embeddings interpolated, head kept) for 3 epochs at lr 5e-4; its npz is the final one.
 Interrupt either stage with SIGTERM/Ctrl-C and rerun the command: it resumes where it stopped.
-Expected, measured here: stage 1 alone at 44 epochs (`fashion_mnist_full.py:pretrain`, 2 CPU
-devices) reached **93.24%** in 2 h 31 min, its npz the final one. With 40 epochs stage 1
-reached 92.89% and 92.94% test accuracy in two runs (peaks 93.02% and 92.98%); the second
-run's 64px fine-tune ended at 92.94% (4 h 51 min in all on 2 CPU cores at 108-205 img/s,
-before huge pages; ~280 img/s idle with them).
-Variants measured, slower or weaker: 18 epochs gave 91.40%; random erasing for 50 epochs
-(`--config.pretrain.num_epochs=50 --config.pretrain.pp.random_erase=0.5
---config.finetune.pp.random_erase=0.5`) was level with this recipe up to epoch 24 (90.09%),
-where its run was lost with the machine; adding one bottleneck unit after the root
-(`resnet_layers=(1,)`, 0.89M parameters, ~2x the cost per image) with random erasing 0.5 for 16
-epochs gave 91.65% (2 h 02 min); stage 1 alone (`fashion_mnist_full.py:pretrain`) with a weight
-average (`ema_decay=0.9995`) on 2 CPU devices gave 92.84% (raw weights 92.87%) in
-2 h 23 min.
+Expected on 2 vCPUs: stage 1 alone reached 93.24% test accuracy in 2 h 31 min (2026-11-23, 2 CPU
+devices); both stages together with 44 epochs were not measured (with 40: 92.94% in 4 h 51 min).
+Runs, variants and per-epoch curves: docs/fashion_mnist.md.
 """
 
 import ml_collections

@@ -4,7 +4,7 @@ Command:
   python -m vit_jax.main --config=configs/inference_time.py --workdir=runs/infer \
       --config.model_name=ViT-B_16 --config.batch=8 --config.image_size=224
 Expected on this project's 2-core CPU machine: ~3-4 img/s/core for ViT-B/16 at 224px
-(see README performance table); the official README lists GPU/TPU figures.
+(docs/performance.md); the official README lists GPU/TPU figures.
 """
 
 import ml_collections

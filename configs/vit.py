@@ -2,7 +2,8 @@ r"""Fine-tunes any preset on any preset dataset: `--config=configs/vit.py:MODEL,
 
 MODEL is an official short name (ti16, s16, b16, l16, h14, b8, s32, b32, l32, r_ti16,
 r26_s32, r26_b32, r50_b16, r50_l32) or a full preset name (ViT-B_16); DATASET is one of
-cifar10, cifar100, imagenet2012, oxford_iiit_pet, fashion_mnist.
+cifar10, cifar100, imagenet2012, oxford_iiit_pet, fashion_mnist, or a folder of images
+(`{train,test or val}/<class>/*.jpg`).
 Command:
   python -m vit_jax.main --config=configs/vit.py:b16,cifar10 --workdir=runs/b16_cifar10
 Expected: as the matching vit_*_*.py file (e.g. 99.02% for b16,cifar10).
