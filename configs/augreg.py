@@ -11,17 +11,18 @@ Expected: the paper's fine-tuning numbers, e.g. ~98.5% on CIFAR-10 for S/16 at 3
 """
 
 from vit_jax import config_lib
-from vit_jax import models
+from vit_jax import presets
 
 
 DEFAULT = 'S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0,cifar10'
 
 
-def get_config(filename_dataset: str = DEFAULT):
-  filename, _, dataset = filename_dataset.partition(',')
+def get_config(arg: str = DEFAULT):
+  parts, runlocal = config_lib.parse_arg(arg)
+  filename, dataset = (parts + ('cifar10',))[:2]
   short = filename.split('-')[0]
-  if short not in models.AUGREG_CONFIGS:
-    raise ValueError(f'Unknown AugReg model {short!r}; known: {", ".join(models.AUGREG_CONFIGS)}.')
+  if short not in presets.AUGREG_CONFIGS:
+    raise ValueError(f'Unknown AugReg model {short!r}; known: {", ".join(presets.AUGREG_CONFIGS)}.')
   return config_lib.finetune_config(
-      models.AUGREG_CONFIGS[short].model_name, dataset or 'cifar10',
+      presets.AUGREG_CONFIGS[short].model_name, dataset, runlocal,
       pretrained_dir='gs://vit_models/augreg', model_or_filename=filename)

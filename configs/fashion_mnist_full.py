@@ -47,10 +47,12 @@ def finetune_stage() -> ml_collections.ConfigDict:
   return config
 
 
-def get_config(stages: str = 'both'):
-  """`--config=configs/fashion_mnist_full.py:pretrain` runs stage 1 alone (one workdir)."""
+def get_config(arg: str = ''):
+  """`:pretrain` runs stage 1 alone (one workdir); `,runlocal` shrinks either for a smoke test."""
+  parts, runlocal = config_lib.parse_arg(arg)
+  stages = parts[0] if parts else 'both'
   if stages == 'pretrain':
-    return pretrain_stage().lock()
+    return config_lib.finish(pretrain_stage(), runlocal)
   if stages != 'both':
     raise ValueError(f'Unknown stages {stages!r}; use fashion_mnist_full.py or '
                      'fashion_mnist_full.py:pretrain.')
@@ -58,4 +60,4 @@ def get_config(stages: str = 'both'):
   config.trainer = 'pretrain_then_finetune'  # Runs config.pretrain, then config.finetune.
   config.pretrain = pretrain_stage()
   config.finetune = finetune_stage()
-  return config.lock()
+  return config_lib.finish(config, runlocal)

@@ -30,7 +30,9 @@ def stage(crop: int, **overrides) -> ml_collections.ConfigDict:
   return config
 
 
-def get_config():
+def get_config(arg: str = ''):
+  """`:runlocal` shrinks both stages for a smoke test (config_lib.shrink)."""
+  _, runlocal = config_lib.parse_arg(arg)
   config = ml_collections.ConfigDict()
   config.trainer = 'pretrain_then_finetune'  # Runs config.pretrain, then config.finetune.
   # Stage 1: from scratch at 28px, AdamW + warmup + cosine, batch 128 (more steps per epoch and
@@ -45,4 +47,4 @@ def get_config():
   config.finetune = stage(42, num_epochs=3., optim='adamw', base_lr=1.5e-3, weight_decay=0.05,
                           warmup_steps=100, eval_every=703, keep_head=True)
   config.finetune.pp.train_aug = 'none'
-  return config.lock()
+  return config_lib.finish(config, runlocal)

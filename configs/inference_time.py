@@ -10,7 +10,8 @@ Expected on this project's 2-core CPU machine: ~3-4 img/s/core for ViT-B/16 at 2
 import ml_collections
 
 
-def get_config():
+def get_config(arg: str = ''):
+  """`:runlocal` times 2 steps at 32px (a smoke test of the command)."""
   config = ml_collections.ConfigDict()
   config.trainer = 'inference_time'  # Selects vit_jax.inference_time in vit_jax.main.
   config.model_name = 'ViT-B_32'  # Any preset in vit_jax.models.MODEL_CONFIGS.
@@ -19,4 +20,8 @@ def get_config():
   config.image_size = 224  # Square input side.
   config.steps = 30  # Timed steps.
   config.initial_steps = 10  # Untimed warm-up steps after compilation.
+  if arg == 'runlocal':
+    config.update(dict(image_size=32, steps=2, initial_steps=1))
+  elif arg:
+    raise ValueError(f'Unknown argument {arg!r}; use inference_time.py[:runlocal].')
   return config.lock()

@@ -11,7 +11,9 @@ stochastic depth 0.1, 224px. Expected: ~78-80% top-1 on the ImageNet validation 
 from vit_jax import config_lib
 
 
-def get_config():
+def get_config(arg: str = ''):
+  """`:runlocal` shrinks the run for a smoke test (config_lib.shrink)."""
+  _, runlocal = config_lib.parse_arg(arg)
   config = config_lib.with_model(config_lib.get_config(), 'ViT-S_16')
   config.model.stochastic_depth = 0.1
   config.dataset = 'imagenet2012'
@@ -21,4 +23,4 @@ def get_config():
       pretrained_dir='', total_steps=0, num_epochs=300., optim='adamw', base_lr=1e-3,
       weight_decay=0.1, warmup_steps=10_000, decay_type='cosine', batch=4096, batch_eval=4096,
       accum_steps=1, mixup=0.2, eval_every=2_000, checkpoint_every=1_000))
-  return config.lock()
+  return config_lib.finish(config, runlocal)

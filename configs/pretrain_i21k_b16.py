@@ -12,7 +12,9 @@ Recipe (paper, Sec. 4.1 / Table 3): Adam b1 0.9 b2 0.999, batch 4096, lr 1e-3, w
 from vit_jax import config_lib
 
 
-def get_config():
+def get_config(arg: str = ''):
+  """`:runlocal` shrinks the run for a smoke test (config_lib.shrink)."""
+  _, runlocal = config_lib.parse_arg(arg)
   config = config_lib.with_model(config_lib.get_config(), 'ViT-B_16')
   config.model.representation_size = 768
   config.model.transformer.dropout_rate = 0.1
@@ -24,4 +26,4 @@ def get_config():
       batch=4096, batch_eval=4096, accum_steps=1, loss='sigmoid_xent', eval_every=5_000,
       checkpoint_every=1_000))
   config.model.head_bias_init = -10.  # With sigmoid loss, as in big_vision's i21k recipe.
-  return config.lock()
+  return config_lib.finish(config, runlocal)

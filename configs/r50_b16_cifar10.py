@@ -8,5 +8,7 @@ Expected (official README, "R50+ViT-B_16, cifar10"): 98.72% top-1 after 10k step
 from vit_jax import config_lib
 
 
-def get_config():
-  return config_lib.finetune_config('R50+ViT-B_16', 'cifar10')
+def get_config(arg: str = ''):
+  """`:runlocal` shrinks the run for a smoke test (config_lib.shrink)."""
+  _, runlocal = config_lib.parse_arg(arg)
+  return config_lib.finetune_config('R50+ViT-B_16', 'cifar10', runlocal)

@@ -19,9 +19,11 @@ SHORT_NAMES = {
 }
 
 
-def get_config(model_dataset: str = 'b16,cifar10'):
-  model, _, dataset = model_dataset.partition(',')
-  if not dataset:
-    raise ValueError(f'Use configs/vit.py:MODEL,DATASET (e.g. b16,cifar10), got {model_dataset!r}')
+def get_config(arg: str = 'b16,cifar10'):
+  parts, runlocal = config_lib.parse_arg(arg)
+  if len(parts) != 2:
+    raise ValueError(f'Use configs/vit.py:MODEL,DATASET (e.g. b16,cifar10), got {arg!r}')
+  model, dataset = parts
   overrides = {'base_lr': 0.01} if (model, dataset) == ('b16', 'cifar10') else {}
-  return config_lib.finetune_config(SHORT_NAMES.get(model, model), dataset, **overrides)
+  return config_lib.finetune_config(SHORT_NAMES.get(model, model), dataset, runlocal,
+                                    **overrides)

@@ -11,5 +11,7 @@ Expected (official README row "ViT-B_16, cifar10"): 99.02% top-1 after 10k steps
 from vit_jax import config_lib
 
 
-def get_config():
-  return config_lib.finetune_config('ViT-B_16', 'cifar10', base_lr=0.01)
+def get_config(arg: str = ''):
+  """`:runlocal` shrinks the run for a smoke test (config_lib.shrink)."""
+  _, runlocal = config_lib.parse_arg(arg)
+  return config_lib.finetune_config('ViT-B_16', 'cifar10', runlocal, base_lr=0.01)

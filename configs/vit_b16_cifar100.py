@@ -8,5 +8,7 @@ Expected (official README, "ViT-B_16, cifar100"): 92.06% top-1 after 10k steps o
 from vit_jax import config_lib
 
 
-def get_config():
-  return config_lib.finetune_config('ViT-B_16', 'cifar100')
+def get_config(arg: str = ''):
+  """`:runlocal` shrinks the run for a smoke test (config_lib.shrink)."""
+  _, runlocal = config_lib.parse_arg(arg)
+  return config_lib.finetune_config('ViT-B_16', 'cifar100', runlocal)

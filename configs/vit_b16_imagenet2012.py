@@ -9,5 +9,7 @@ Expected (official README, "ViT-B_16, imagenet2012"): 84.53% top-1 after 20k ste
 from vit_jax import config_lib
 
 
-def get_config():
-  return config_lib.finetune_config('ViT-B_16', 'imagenet2012')
+def get_config(arg: str = ''):
+  """`:runlocal` shrinks the run for a smoke test (config_lib.shrink)."""
+  _, runlocal = config_lib.parse_arg(arg)
+  return config_lib.finetune_config('ViT-B_16', 'imagenet2012', runlocal)

@@ -9,5 +9,7 @@ ViT-B/16 i21k → Pets with longer schedules; treat ours as a quick run).
 from vit_jax import config_lib
 
 
-def get_config():
-  return config_lib.finetune_config('ViT-B_16', 'oxford_iiit_pet')
+def get_config(arg: str = ''):
+  """`:runlocal` shrinks the run for a smoke test (config_lib.shrink)."""
+  _, runlocal = config_lib.parse_arg(arg)
+  return config_lib.finetune_config('ViT-B_16', 'oxford_iiit_pet', runlocal)

@@ -11,16 +11,21 @@ from ml_collections import config_dict
 from vit_jax import checkpoint
 from vit_jax import presets
 
-# Fine-tuning presets of the official repo (a slice of train is held out as in the paper).
+# Fine-tuning presets of the official repo (a slice of train is held out as in the paper). The
+# input resolution is the model's (see `with_model`), not the dataset's: small images are
+# upsampled, as the official code does for CIFAR.
 DATASET_PRESETS = {
-    'cifar10': dict(total_steps=10_000, pp=dict(train='train[:98%]', test='test', crop=384)),
-    'cifar100': dict(total_steps=10_000, pp=dict(train='train[:98%]', test='test', crop=384)),
-    'imagenet2012': dict(total_steps=20_000,
-                         pp=dict(train='train[:99%]', test='validation', crop=384)),
-    'oxford_iiit_pet': dict(total_steps=500, pp=dict(train='train[:90%]', test='test', crop=384)),
-    'fashion_mnist': dict(total_steps=2_000, pp=dict(train='train', test='test', crop=28,
+    'cifar10': dict(total_steps=10_000, pp=dict(train='train[:98%]', test='test')),
+    'cifar100': dict(total_steps=10_000, pp=dict(train='train[:98%]', test='test')),
+    'imagenet2012': dict(total_steps=20_000, pp=dict(train='train[:99%]', test='validation')),
+    'oxford_iiit_pet': dict(total_steps=500, pp=dict(train='train[:90%]', test='test')),
+    'fashion_mnist': dict(total_steps=2_000, pp=dict(train='train', test='test',
                                                      train_aug='pad_flip')),
 }
+# A folder of images (`DIR/{train,test|val|validation}/<class>/*`): the smallest official
+# schedule (Oxford-IIIT Pets, ~3.7k images); override --config.total_steps for larger folders.
+FOLDER_PRESET = dict(total_steps=500, pp=dict(train='train', test='test'))
+
 
 def get_config() -> ml_collections.ConfigDict:
   """Base config: official fine-tuning defaults (SGD momentum, cosine, batch 512)."""
@@ -76,30 +81,77 @@ def get_config() -> ml_collections.ConfigDict:
 
 
 def with_model(config: ml_collections.ConfigDict, name: str) -> ml_collections.ConfigDict:
-  """Sets `config.model` to preset `name` (plus the off-by-default ViT extras)."""
+  """Sets `config.model` to preset `name` (plus the off-by-default ViT extras) and the input
+  resolution to the model's official fine-tuning one (384px, in whole tokens)."""
   model = presets.get_config(name)
   if not presets.is_mixer(model):
     model.update(presets.VIT_EXTRAS)
   config.model = model
+  config.pp.crop = presets.finetune_resolution(model)
   return config
 
 
 def with_dataset(config: ml_collections.ConfigDict, dataset: str) -> ml_collections.ConfigDict:
-  """Sets the dataset and its preset (steps, splits, crop)."""
+  """Sets the dataset and its preset (steps, splits); a path is a folder of images."""
   config.dataset = dataset
-  preset = DATASET_PRESETS.get(dataset)
+  preset = FOLDER_PRESET if is_folder(dataset) else DATASET_PRESETS.get(dataset)
   if preset is None:
-    raise ValueError(f'No preset for dataset {dataset!r}; known: {", ".join(DATASET_PRESETS)}.')
+    raise ValueError(f'No preset for dataset {dataset!r}; use one of '
+                     f'{", ".join(DATASET_PRESETS)} or a folder path (DIR/train/<class>/*.jpg).')
   config.total_steps = preset['total_steps']
   config.pp.update(preset['pp'])
   return config
 
 
-def finetune_config(model: str, dataset: str, **overrides) -> ml_collections.ConfigDict:
+def is_folder(dataset: str) -> bool:
+  """A dataset named by a path (with a '/'), not a TFDS name."""
+  return '/' in dataset or dataset.startswith('.')
+
+
+def finetune_config(model: str, dataset: str, runlocal: bool = False,
+                    **overrides) -> ml_collections.ConfigDict:
   """Official fine-tuning of preset `model` on `dataset`, with field overrides."""
   config = with_dataset(with_model(get_config(), model), dataset)
   config.update(overrides)
+  return finish(config, runlocal)
+
+
+def parse_arg(arg: str) -> Tuple[Tuple[str, ...], bool]:
+  """'b16,cifar10,runlocal' → (('b16', 'cifar10'), True): a config file's `:ARG` parts."""
+  parts = tuple(p for p in arg.split(',') if p) if arg else ()
+  return tuple(p for p in parts if p != 'runlocal'), 'runlocal' in parts
+
+
+def finish(config: ml_collections.ConfigDict, runlocal: bool) -> ml_collections.ConfigDict:
+  """Locks `config`, shrunk first by `runlocal` (stages of a two-stage config too)."""
+  if runlocal:
+    for stage in [config[s] for s in ('pretrain', 'finetune') if s in config] or [config]:
+      shrink(stage)
   return config.lock()
+
+
+def shrink(config: ml_collections.ConfigDict) -> None:
+  """The `runlocal` switch (as in big_vision): the same code paths in seconds on a CPU.
+
+  A one-block width-16 model of the same family, patch size and token stride; 2 steps of
+  batch 8 at the smallest input with a 2x2 token grid; checkpoints, eval and export all run.
+  """
+  model = config.model
+  if presets.is_mixer(model):
+    model.update(dict(hidden_dim=16, num_blocks=1, tokens_mlp_dim=8, channels_mlp_dim=16))
+    stride = model.patches.size[0]
+  else:
+    model.hidden_size = 16
+    model.transformer.update(dict(num_layers=1, num_heads=2, mlp_dim=16))
+    if model.representation_size is not None:
+      model.representation_size = 16
+    if model.get('resnet') is not None:  # One unit per stage, GroupNorm's 32 channels at least.
+      model.resnet.update(dict(num_layers=(1,) * len(model.resnet.num_layers), width_factor=.5))
+    stride = presets.token_stride(model)
+  config.pp.crop = max(2 * stride, 16)
+  config.update(dict(total_steps=2, num_epochs=0., batch=8, batch_eval=8, accum_steps=1,
+                     warmup_steps=1, shuffle_buffer=16, progress_every=1, eval_every=2,
+                     checkpoint_every=2))
 
 
 def small_vit(name: str, *, patch: int, hidden: int, layers: int, mlp: int, heads: int,

@@ -118,3 +118,19 @@ def token_grid(model_config: Any, image_size: Sequence[int]) -> Tuple[int, int]:
       h, w = math.ceil(h / 2), math.ceil(w / 2)
   ph, pw = model_config['patches']['size']
   return h // ph, w // pw
+
+
+def token_stride(model_config: Any) -> int:
+  """Input pixels per token along each axis: the patch size, times a hybrid's downscaling."""
+  ph, _ = model_config['patches']['size']
+  resnet = model_config.get('resnet')
+  return ph * (2 ** (2 + max(len(resnet['num_layers']) - 1, 0)) if resnet is not None else 1)
+
+
+def finetune_resolution(model_config: Any, target: int = 384) -> int:
+  """The official fine-tuning resolution (384px) rounded up to whole tokens (392 for /14)."""
+  if is_mixer(model_config):
+    stride = model_config['patches']['size'][0]
+  else:
+    stride = token_stride(model_config)
+  return -(-target // stride) * stride

@@ -28,6 +28,7 @@ from vit_jax import models
 from vit_jax import optim
 from vit_jax import parallel
 from vit_jax import plotting
+from vit_jax import presets
 
 State = Dict[str, Any]
 LOSSES = ('softmax_xent', 'sigmoid_xent')
@@ -169,9 +170,11 @@ def validate_config(config: Any, mesh: Mesh) -> None:
                      'average off; 0.999 averages over ~1000 steps).')
   patch = config.model.patches.size[0] if 'patches' in config.model else 1
   if config.model.get('resnet') is None and config.pp.crop % patch:
-    suggestion = config.pp.crop // patch * patch or patch
-    raise ValueError(f'pp.crop={config.pp.crop} is not divisible by the patch size {patch}; '
-                     f'use a multiple of {patch} (e.g. --config.pp.crop={suggestion}).')
+    up = -(-config.pp.crop // patch) * patch
+    raise ValueError(
+        f'pp.crop={config.pp.crop} is not a multiple of the patch size {patch} of '
+        f'{config.model.get("model_name")}; use --config.pp.crop={up} (images are resized to it) '
+        f'or {presets.finetune_resolution(config.model)} (the published fine-tuning resolution).')
 
 
 @dataclasses.dataclass
