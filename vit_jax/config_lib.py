@@ -134,7 +134,7 @@ def shrink(config: ml_collections.ConfigDict) -> None:
   """The `runlocal` switch (as in big_vision): the same code paths in seconds on a CPU.
 
   A one-block width-16 model of the same family, patch size and token stride; 2 steps of
-  batch 8 at the smallest input with a 2x2 token grid; checkpoints, eval and export all run.
+  batch 8 at the input size that gives a 2x2 token grid; checkpoints, eval and export all run.
   """
   model = config.model
   if presets.is_mixer(model):
@@ -148,7 +148,7 @@ def shrink(config: ml_collections.ConfigDict) -> None:
     if model.get('resnet') is not None:  # One unit per stage, GroupNorm's 32 channels at least.
       model.resnet.update(dict(num_layers=(1,) * len(model.resnet.num_layers), width_factor=.5))
     stride = presets.token_stride(model)
-  config.pp.crop = max(2 * stride, 16)
+  config.pp.crop = 2 * stride
   config.update(dict(total_steps=2, num_epochs=0., batch=8, batch_eval=8, accum_steps=1,
                      warmup_steps=1, shuffle_buffer=16, progress_every=1, eval_every=2,
                      checkpoint_every=2))
