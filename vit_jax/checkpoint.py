@@ -331,15 +331,14 @@ def check_tree(params: Mapping[str, Any], expected: Mapping[str, Any], source: s
                if got[k] != want[k]]
   if not (missing or extra or misshaped):
     return
-  cause = ('a file of another model or classifier' if missing or extra
+  cause = ('a checkpoint of another model or classifier' if missing or extra
            else 'another width, depth or resolution')
-  where = source if len(source) <= 60 else '...' + source[-57:]
+  where = source if len(source) <= 48 else '...' + source[-45:]
   for limit in (3, 2, 1, 0):  # As many names as fit in ~300 characters.
     parts = [f'{len(items)} {label}' + (f' ({_names(items, limit)})' if limit else '')
              for label, items in (('missing', missing), ('extra', extra),
                                   ('misshaped', misshaped)) if items]
-    message = (f'{where} does not fit the model: {"; ".join(parts)}; likely {cause} (print '
-               'checkpoint.architecture of the file to see what it is).')
+    message = f'{where} does not fit the model: {"; ".join(parts)}; likely {cause}.'
     if len(message) <= 300:
       break
   raise CheckpointError(message)
