@@ -198,7 +198,8 @@ def model_config(model: str) -> ml_collections.ConfigDict:
   """The model ConfigDict for a preset name or a `.py` config file (models outside the presets).
 
   The file's `get_config()` returns a model ConfigDict (e.g. `config_lib.small_vit(...)`) or an
-  experiment config whose `.model` is one; a `model_name` defaults to the file's stem.
+  experiment config whose `.model` (of its `finetune` stage for two-stage configs) is one; a
+  `model_name` defaults to the file's stem.
   """
   if not model.endswith('.py'):
     return models.get_config(model)
@@ -214,8 +215,9 @@ def model_config(model: str) -> ml_collections.ConfigDict:
                      f'{type(e).__name__}: {e}).') from None
   if isinstance(config, dict):
     config = ml_collections.ConfigDict(config)
-  if 'model' in config and hasattr(config.model, 'to_dict'):
-    config = config.model
+  stage = next((config[k] for k in ('finetune', 'pretrain') if k in config), config)
+  if 'model' in stage and hasattr(stage.model, 'to_dict'):  # An experiment config (its last stage).
+    config = stage.model
   config = ml_collections.ConfigDict(config.to_dict())  # Unlocked copy.
   if 'patches' not in config and not models.is_mixer(config):
     raise ValueError(f'"{model}": get_config() must return a model ConfigDict (with patches, '
