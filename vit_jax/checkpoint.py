@@ -778,3 +778,43 @@ def read_metadata(npz_path_or_dir: str) -> Optional[Dict[str, Any]]:
   except (OSError, ValueError) as e:
     raise CheckpointError(f'{path} is not readable JSON ({e}); delete or fix it.') from None
   return data if data.get('params_file', PARAMS_FILE) == name else None
+
+
+# timm models of the official hybrids (their ResNet stems are not built from keyword arguments).
+_TIMM_HYBRIDS = {'R+ViT-Ti_16': 'vit_tiny_r_s16_p8_224', 'R50+ViT-B_16': 'vit_base_r50_s16_224',
+                 'R26+ViT-S_32': 'vit_small_r26_s32_224', 'R26+ViT-B_32': 'vit_base_r26_s32_224',
+                 'R50+ViT-L_32': 'vit_large_r50_s32_224'}
+
+
+def timm_model_args(arch: Architecture) -> Tuple[str, Dict[str, Any]]:
+  """(name, kwargs) for `timm.create_model(name, **kwargs)` to rebuild `arch` in PyTorch.
+
+  timm's own `load_pretrained(npz)` then reads the file. Plain ViTs of any shape are timm's
+  ViT-B/16 entry with every width overridden; hybrids must be official presets.
+
+  Raises:
+    CheckpointError: for what timm's npz loader cannot represent (pre_logits, Mixer,
+      non-learned position embeddings, unpooled classifiers, custom hybrids).
+  """
+  config = arch.config
+  kwargs: Dict[str, Any] = dict(num_classes=arch.num_classes, act_layer='gelu_tanh')
+  if arch.image_size:
+    kwargs['img_size'] = arch.image_size
+  problem = ('Mixer' if presets.is_mixer(config) else
+             'pre_logits' if config.representation_size is not None else
+             f'posemb {config.posemb}' if config.posemb != 'learn' else
+             f'classifier {config.classifier}' if config.classifier not in ('token', 'gap')
+             else None)
+  if problem is None and 'resnet' in config and config.resnet is not None:
+    if config.model_name not in _TIMM_HYBRIDS:
+      problem = f'custom hybrid {config.model_name}'
+    else:
+      return _TIMM_HYBRIDS[config.model_name], kwargs
+  if problem:
+    raise CheckpointError(f'timm\'s npz loader cannot represent this checkpoint ({problem}).')
+  t = config.transformer
+  kwargs.update(patch_size=config.patches.size[0], embed_dim=config.hidden_size,
+                depth=t.num_layers, num_heads=t.num_heads, mlp_ratio=t.mlp_dim / config.hidden_size,
+                class_token=config.classifier == 'token', fc_norm=False,
+                global_pool='token' if config.classifier == 'token' else 'avg')
+  return 'vit_base_patch16_224', kwargs
