@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from npz_fixtures import images, perturb
+from npz_fixtures import BLOCK_NAMES, images, perturb, published_vit, write_npz
 from test_features import write_images
 from vit_jax import analyze
 from vit_jax import checkpoint
@@ -101,6 +101,23 @@ def test_non_preset_shapes_from_an_anonymous_file(case, tmp_path):
   rebuilt = models.get_model(arch.config, num_classes=arch.num_classes)
   np.testing.assert_array_equal(rebuilt.apply({'params': checkpoint.load(path)}, x, train=False),
                                 model.apply({'params': params}, x, train=False))
+
+
+@pytest.mark.parametrize('linen_names', [False, True])
+def test_hand_written_published_files(linen_names, tmp_path):
+  """Files spelled out by hand (npz_fixtures): pre-Linen or Linen names, (1,1,1,C) GroupNorm."""
+  flat, _ = published_vit(hidden=12, mlp=20, heads=3, layers=2, patch=4, num_tokens=1 + 9,
+                          num_classes=6, representation_size=8, root_width=32)
+  if linen_names:
+    renames = dict(BLOCK_NAMES)
+    flat = {'/'.join(renames.get(p, p) for p in k.split('/')): v for k, v in flat.items()}
+  arch = checkpoint.architecture(checkpoint.read_npz(write_npz(tmp_path / 'model.npz', flat)))
+  c = arch.config
+  assert (c.patches.size, c.hidden_size, c.representation_size) == ((4, 4), 12, 8)
+  assert (c.transformer.num_layers, c.transformer.num_heads, c.transformer.mlp_dim) == (2, 3, 20)
+  assert c.resnet.to_dict() == {'num_layers': (), 'width_factor': 0.5}
+  assert (arch.num_classes, arch.grid, arch.image_size) == (6, (3, 3), 48)  # 3 x 4 x 4px.
+  assert c.model_name == 'R+ViT-custom-12d-2L-3h-mlp20-p4'
 
 
 def _write(model_name_or_config, size, path, num_classes=10, seed=0):
@@ -225,3 +242,25 @@ def test_load_pretrained_from_a_run_directory(tmp_path):
   params = checkpoint.load_pretrained(pretrained_path=str(run), init_params=init,
                                       model_config=config)
   assert params['Transformer']['posembed_input']['pos_embedding'].shape == (1, 37, 128)
+
+
+def test_pretrained_path_reads_the_config(tmp_path):
+  config = config_lib.with_model(config_lib.get_config(), 'ViT-B_16')
+  assert checkpoint.pretrained_path(config) == 'gs://vit_models/imagenet21k/ViT-B_16.npz'
+  (tmp_path / 'params.npz').write_bytes(b'')
+  config.pretrained_path = str(tmp_path)  # A run directory.
+  assert checkpoint.pretrained_path(config) == str(tmp_path / 'params.npz')
+  config.pretrained_path, config.pretrained_dir = '', ''
+  assert checkpoint.pretrained_path(config) is None
+
+
+def test_fit_posemb_learn_2d_per_axis():
+  config = _vit('l2', posemb='learn_2d')
+  rows = np.arange(6, dtype=np.float32)[:, None] * np.ones((1, 8), np.float32)
+  params = {'cls': np.zeros((1, 1, 16)), 'Transformer': {'posembed_input': {
+      'pos_embedding_row': rows, 'pos_embedding_col': rows[:4],
+      'pos_embedding_prefix': np.zeros((1, 1, 16))}}}
+  fitted = checkpoint.fit_posemb(params, config, (11, 4))['Transformer']['posembed_input']
+  np.testing.assert_allclose(fitted['pos_embedding_row'][:, 0], np.arange(11) / 2, atol=1e-6)
+  np.testing.assert_array_equal(fitted['pos_embedding_col'], rows[:4])  # Already 4 columns.
+  assert params['Transformer']['posembed_input']['pos_embedding_row'] is rows  # Not in place.
