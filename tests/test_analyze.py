@@ -121,7 +121,7 @@ def test_hybrid_uses_root_filters():
 @pytest.mark.parametrize('args, message', [
     (['--model=testing'], '--checkpoint=PATH_OR_NAME and --out=DIR'),
     (['--model=testing', '--out=OUT', 'missing.png'], 'Could not find image'),
-    (['--model=ViT-Ti_16', '--out=OUT'], 'does not fit the model'),
+    (['--model=ViT-Ti_16', '--out=OUT'], 'hidden size 10 in the file, 192 in ViT-Ti_16'),
 ])
 def test_cli_errors(args, message, tmp_path, capsys):
   ckpt = tmp_path / 'testing.npz'

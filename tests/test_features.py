@@ -114,23 +114,36 @@ def test_load_model_resizes_posemb_for_other_size(saved):
 
 
 def test_load_model_errors(saved, tmp_path):
-  with pytest.raises(checkpoint.CheckpointError, match='--model'):
+  with pytest.raises(checkpoint.CheckpointError, match='--model') as e:
     features.load_model(saved[0], 'ViT-Ti_16')
+  assert len(str(e.value)) < 300 and 'hidden size 10 in the file, 192 in ViT-Ti_16' in str(e.value)
   with pytest.raises(ValueError, match='Unknown model'):
     features.load_model(saved[0], 'ViT-Q_99')
   with pytest.raises(checkpoint.CheckpointError, match='Could not find checkpoint'):
     features.load_model(str(tmp_path / 'nope.npz'), 'testing')
 
 
-def test_model_name_and_checkpoint_names():
-  assert features.model_name_for('/x/ViT-B_16.npz') == 'ViT-B_16'
-  assert features.model_name_for('B_16-i21k-300ep-lr_0.001-aug_medium1.npz') == 'B_16'
-  with pytest.raises(ValueError, match='--model'):
-    features.model_name_for('/x/mystery.npz')
-  assert features.resolve_checkpoint('ViT-B_16') == (
+def test_load_model_without_model_reads_the_file(saved, tmp_path):
+  path, params = saved
+  anonymous = tmp_path / 'x.npz'
+  anonymous.write_bytes(open(path, 'rb').read())
+  loaded = features.load_model(str(anonymous))
+  assert loaded.config.model_name == 'testing' and loaded.image_size == 32
+  np.testing.assert_array_equal(loaded.params['head']['kernel'], params['head']['kernel'])
+
+
+def test_checkpoint_names_resolve(tmp_path):
+  assert checkpoint.resolve_name('ViT-B_16') == (
       'gs://vit_models/imagenet21k+imagenet2012/ViT-B_16.npz')
-  assert features.resolve_checkpoint('imagenet21k/ViT-L_16') == (
+  assert checkpoint.resolve_name('imagenet21k/ViT-L_16') == (
       'gs://vit_models/imagenet21k/ViT-L_16.npz')
+  assert checkpoint.resolve_name('augreg/S_16-i21k-300ep') == (
+      'gs://vit_models/augreg/S_16-i21k-300ep.npz')
+  (tmp_path / 'params.npz').write_bytes(b'')
+  assert checkpoint.resolve_name(str(tmp_path)) == str(tmp_path / 'params.npz')
+  (tmp_path / 'empty_run').mkdir()
+  with pytest.raises(checkpoint.CheckpointError, match='has no params.npz'):
+    checkpoint.resolve_name(str(tmp_path / 'empty_run'))
 
 
 def test_features_come_from_the_same_forward_pass(saved):

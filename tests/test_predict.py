@@ -107,7 +107,7 @@ def test_zero_head_warns(tmp_path, setup, capsys, caplog):
     ('bad_image', 'Could not read image'),
     ('missing_image', 'Could not find image'),
     ('unknown_model', 'Unknown model'),
-    ('mismatch', 'does not fit the model'),
+    ('mismatch', 'hidden size 10 in the file, 192 in ViT-Ti_16; drop --model'),
     ('missing_checkpoint', 'Could not find checkpoint'),
     ('no_images', 'No images given'),
     ('bad_flag', 'Unknown command line flag'),

@@ -1,5 +1,8 @@
 """timm (PyTorch, CPU) reads the .npz files `checkpoint.save` writes and computes the same logits.
 
+The timm model is derived from the file alone (`checkpoint.architecture` →
+`checkpoint.timm_model_args`), never named by hand.
+
 timm is an independent implementation of the published format and of the models, so this pins
 both our file layout (pre-Linen names, (1, 1, 1, C) GroupNorm) and our numerics.
 
@@ -32,9 +35,9 @@ except ImportError as e:
   sys.exit(0)
 spec = json.loads(sys.argv[1])
 torch.set_num_threads(2)
-# timm defaults to exact (erf) GELU; the official models use the tanh approximation.
-model = timm.create_model(spec['name'], pretrained=False, num_classes=spec['num_classes'],
-                          img_size=spec['img_size'], act_layer='gelu_tanh', **spec['kwargs'])
+# kwargs from checkpoint.timm_model_args (incl. act_layer='gelu_tanh': timm defaults to the
+# exact erf GELU, the official models use the tanh approximation).
+model = timm.create_model(spec['name'], pretrained=False, **spec['kwargs'])
 model.load_pretrained(spec['npz'])
 model.eval()
 x = torch.from_numpy(np.load(spec['images']).transpose(0, 3, 1, 2).copy())
@@ -59,11 +62,15 @@ def _ours(model, size, tmp_path, seed):
   return path, x, logits
 
 
-def _timm(name, size, npz, x, tmp_path, **kwargs):
-  """Runs timm `name` on `x` with the weights of `npz`; returns (logits, model facts)."""
+def _timm(npz, x, tmp_path, expected_name=None):
+  """Runs timm on `x` with the weights of `npz`, the model derived from the file's shapes."""
+  arch = checkpoint.architecture(checkpoint.read_npz(npz))
+  name, kwargs = checkpoint.timm_model_args(arch)
+  assert expected_name is None or name == expected_name
+  assert kwargs['num_classes'] == NUM_CLASSES and kwargs['img_size'] == x.shape[1]
   np.save(tmp_path / 'images.npy', x)
-  spec = dict(name=name, num_classes=NUM_CLASSES, img_size=size, kwargs=kwargs, npz=npz,
-              images=str(tmp_path / 'images.npy'), logits=str(tmp_path / 'timm_logits.npy'))
+  spec = dict(name=name, kwargs=kwargs, npz=npz, images=str(tmp_path / 'images.npy'),
+              logits=str(tmp_path / 'timm_logits.npy'))
   run = subprocess.run([sys.executable, '-c', _TIMM_SCRIPT, json.dumps(spec)],
                        capture_output=True, text=True, timeout=300, check=False)
   assert run.returncode == 0, run.stderr[-3000:]
@@ -82,7 +89,7 @@ def test_vit_ti16(tmp_path):
   size = 64
   model = models.get_model('ViT-Ti_16', num_classes=NUM_CLASSES)
   path, x, ours = _ours(model, size, tmp_path, seed=0)
-  theirs, facts = _timm('vit_tiny_patch16_224', size, path, x, tmp_path)
+  theirs, facts = _timm(path, x, tmp_path)
   assert facts['pos_embed'] == [1, 1 + (size // 16)**2, 192]
   assert facts['num_params'] == _num_params(path)
   assert np.abs(theirs - ours).max() <= 1e-4
@@ -93,8 +100,7 @@ def test_gap(tmp_path):
   model = models.get_model('ViT-S_16-gap-norep', num_classes=NUM_CLASSES)
   path, x, ours = _ours(model, size, tmp_path, seed=1)
   assert 'cls' not in checkpoint.read_npz(path)
-  theirs, facts = _timm('vit_small_patch16_224', size, path, x, tmp_path, global_pool='avg',
-                        class_token=False, fc_norm=False)
+  theirs, facts = _timm(path, x, tmp_path)
   assert facts['pos_embed'] == [1, (size // 16)**2, 384]
   assert facts['num_params'] == _num_params(path)
   assert np.abs(theirs - ours).max() <= 1e-4
@@ -107,7 +113,7 @@ def test_hybrid_r_ti16(tmp_path):
   path, x, ours = _ours(model, size, tmp_path, seed=2)
   flat = checkpoint.read_npz(path)
   assert flat['gn_root/scale'].shape == (1, 1, 1, 64)
-  theirs, facts = _timm('vit_tiny_r_s16_p8_224', size, path, x, tmp_path)
+  theirs, facts = _timm(path, x, tmp_path, 'vit_tiny_r_s16_p8_224')
   grid = models.token_grid(models.MODEL_CONFIGS['R+ViT-Ti_16'], (size, size))
   assert tuple(facts['grid']) == grid == (2, 2)
   assert tuple(facts['pos_embed']) == flat['Transformer/posembed_input/pos_embedding'].shape
@@ -126,7 +132,7 @@ def test_hybrid_r_ti16_token_count_at_224(tmp_path):
   pos = abstract['params']['Transformer']['posembed_input']['pos_embedding'].shape
   path = str(tmp_path / 'zeros.npz')
   checkpoint.save(jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), abstract['params']), path)
-  _, facts = _timm('vit_tiny_r_s16_p8_224', 224, path, np.zeros((1, 224, 224, 3), np.float32),
-                   tmp_path)
+  _, facts = _timm(path, np.zeros((1, 224, 224, 3), np.float32), tmp_path,
+                   'vit_tiny_r_s16_p8_224')
   assert tuple(facts['pos_embed']) == pos == (1, 50, 192)
   assert tuple(facts['grid']) == (7, 7)

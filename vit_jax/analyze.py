@@ -1,7 +1,7 @@
 """What a ViT checkpoint learned, as in the ViT paper's Figures 6 and 7.
 
-  python -m vit_jax.analyze --checkpoint=ViT-B_16.npz --model=ViT-B_16 --out=/tmp/vit cat.jpg
-  python -m vit_jax.analyze --checkpoint=model.npz --model=ViT-S_16 --out=/tmp/vit  # samples
+  python -m vit_jax.analyze --checkpoint=ViT-B_16 --out=/tmp/vit cat.jpg
+  python -m vit_jax.analyze --checkpoint=runs/quickstart/finetune --out=/tmp/vit  # samples
 
 Writes to --out:
   rollout_<i>.png            attention rollout (Abnar & Zuidema 2020) over each image (Fig. 6)
@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from absl import flags
 
+from vit_jax import checkpoint
 from vit_jax import cli
 from vit_jax import features
 from vit_jax import models
@@ -253,7 +254,7 @@ def analyze(loaded: features.LoadedModel, out_dir: str, image_paths: Sequence[st
   os.makedirs(out_dir, exist_ok=True)
   config, size = loaded.config, loaded.image_size
   grid = tuple(models.token_grid(config, (size, size)))
-  stride, prefix = size // grid[0], features.num_prefix_tokens(config)
+  stride, prefix = size // grid[0], checkpoint.num_prefix_tokens(config)
   names, images, note = _load_inputs(image_paths, size)
   attention = _attention(loaded, images, batch_size)
   result: Dict[str, Any] = {

@@ -6,8 +6,11 @@ numbering (LayerNorm_0, MultiHeadDotProductAttention_1, LayerNorm_2, MlpBlock_3)
 GroupNorm scale/bias are stored as (1, 1, 1, C).
 """
 
-import http.client
 import csv
+import dataclasses
+import http.client
+import json
+import math
 import os
 import re
 import sys
@@ -17,8 +20,11 @@ import urllib.request
 import zipfile
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
+import ml_collections
 import numpy as np
 from absl import logging
+
+from vit_jax import presets
 
 Params = Dict[str, Any]
 
@@ -32,6 +38,12 @@ PUBLISHED_DIRS = {
     'mixer-imagenet1k': 'gs://mixer_models/imagenet1k',
 }
 DEFAULT_PRETRAINED_DIR = PUBLISHED_DIRS['imagenet21k']
+# A bare published name ('ViT-B_16') is looked up here: these files carry real ImageNet-1k heads
+# (the plain imagenet21k files have all-zero heads).
+DEFAULT_NAMED_COLLECTION = 'imagenet21k+imagenet2012'
+# What a run exports beside its metadata (train.py writes both into the run directory).
+PARAMS_FILE = 'params.npz'
+METADATA_FILE = 'metadata.json'
 
 _LINEN_TO_PUBLISHED_BLOCK = {
     'LayerNorm_0': 'LayerNorm_0',
@@ -115,6 +127,48 @@ def resolve(path: str, cache_dir: Optional[str] = None) -> str:
         f'Could not find checkpoint "{path}". Download it from {DEFAULT_PRETRAINED_DIR} (see '
         'checkpoints/README.md) or set --config.pretrained_dir to the folder that has it.')
   return path
+
+
+def resolve_name(path_or_name: str) -> str:
+  """The .npz path or URL that `path_or_name` stands for (nothing is downloaded yet).
+
+  Accepts a local .npz, a run directory (its `params.npz`), a gs:// or https:// URL, or a
+  published name: 'ViT-B_16' (from `DEFAULT_NAMED_COLLECTION`), '<collection>/<file stem>'
+  with a collection of `PUBLISHED_DIRS` ('imagenet21k/ViT-L_16', 'augreg/S_16-i21k-...').
+  """
+  if is_remote(path_or_name):
+    return path_or_name
+  if os.path.isdir(path_or_name):
+    path = os.path.join(path_or_name, PARAMS_FILE)
+    if not os.path.isfile(path):
+      raise CheckpointError(f'Run directory "{path_or_name}" has no {PARAMS_FILE} (a run writes '
+                            'it when training ends); pass an .npz file or a finished run.')
+    return path
+  if os.path.exists(path_or_name):
+    return path_or_name
+  collection, _, name = path_or_name.rpartition('/')
+  if not name.endswith('.npz') and collection in ('', *PUBLISHED_DIRS):
+    return f'{PUBLISHED_DIRS[collection or DEFAULT_NAMED_COLLECTION]}/{name}.npz'
+  return path_or_name
+
+
+def pretrained_path(config: Any) -> Optional[str]:
+  """The .npz a fine-tuning run starts from, or None to train from scratch.
+
+  `config.pretrained_path` (file, run directory, URL or published name) wins; else
+  `config.pretrained_dir`/<name>.npz with the name `config.model_or_filename` (an AugReg model
+  name like 'B_16' picks its best i21k file from the folder's index.csv, as officially) or the
+  model's `model_name`.
+  """
+  if config.pretrained_path:
+    return resolve_name(config.pretrained_path)
+  directory = config.pretrained_dir
+  if not directory:
+    return None
+  name = config.model_or_filename or config.model.model_name
+  if config.model_or_filename and '-' not in name:
+    name = best_augreg_filename(name, directory)
+  return f'{directory.rstrip("/")}/{name}.npz'
 
 
 def check_available(path: str, cache_dir: Optional[str] = None) -> Optional[str]:
@@ -262,20 +316,48 @@ def best_augreg_filename(name: str, directory: str = PUBLISHED_DIRS['augreg'],
   return best['filename']
 
 
+def _names(items: Sequence[str], limit: int) -> str:
+  shown = ', '.join(items[:limit])
+  return f'{shown}, ...' if len(items) > limit else shown
+
+
 def check_tree(params: Mapping[str, Any], expected: Mapping[str, Any], source: str) -> None:
-  """Raises one CheckpointError naming every missing, extra and misshaped parameter."""
+  """Raises one short CheckpointError (counts, first names, likely cause) if the trees differ."""
   got = {k: np.shape(v) for k, v in flatten(params).items()}
   want = {k: np.shape(v) for k, v in flatten(expected).items()}
   missing = sorted(want.keys() - got.keys())
   extra = sorted(got.keys() - want.keys())
   misshaped = [f'{k} {got[k]} vs model {want[k]}' for k in sorted(got.keys() & want.keys())
                if got[k] != want[k]]
-  if missing or extra or misshaped:
-    parts = [f'{label}: {", ".join(items[:20])}{" ..." if len(items) > 20 else ""}'
+  if not (missing or extra or misshaped):
+    return
+  cause = ('a checkpoint of another model or classifier' if missing or extra
+           else 'another width, depth or resolution')
+  where = source if len(source) <= 48 else '...' + source[-45:]
+  for limit in (3, 2, 1, 0):  # As many names as fit in ~300 characters.
+    parts = [f'{len(items)} {label}' + (f' ({_names(items, limit)})' if limit else '')
              for label, items in (('missing', missing), ('extra', extra),
                                   ('misshaped', misshaped)) if items]
-    raise CheckpointError(f'{source} does not fit the model ({"; ".join(parts)}); is it a '
-                          'checkpoint of another model (check --config.model)?')
+    message = f'{where} does not fit the model: {"; ".join(parts)}; likely {cause}.'
+    if len(message) <= 300:
+      break
+  raise CheckpointError(message)
+
+
+def num_prefix_tokens(model_config: Any) -> int:
+  """Tokens before the patch grid: 1 (the class token) for 'token' classifiers, else 0."""
+  if presets.is_mixer(model_config):
+    return 0
+  return 1 if model_config['classifier'] in ('token', 'token_unpooled') else 0
+
+
+def token_stride(model_config: Any) -> int:
+  """Pixels per token along each axis: the patch, times a hybrid's 4x root and 2x per stage."""
+  patch = model_config['patches']['size'][0]
+  resnet = model_config.get('resnet') if not presets.is_mixer(model_config) else None
+  if resnet is None:
+    return patch
+  return patch * 2**(2 + max(len(resnet['num_layers']) - 1, 0))
 
 
 def _square_grid(num_tokens: int, what: str) -> Tuple[int, int]:
@@ -309,17 +391,59 @@ def resize_posemb(posemb: np.ndarray, new_grid: Sequence[int], *, num_prefix_tok
   return np.concatenate([prefix, grid.reshape(1, nh * nw, -1)], axis=1)
 
 
+def fit_posemb(params: Params, model_config: Any, grid_shape: Sequence[int]) -> Params:
+  """`params` with position embeddings fitted to a (rows, cols) token grid (a shallow copy).
+
+  The one place tables are fitted (fine-tuning and the tools): a 1-D learned table ('learn')
+  is resized bilinearly as officially, its grid taken as square; 2-D tables ('learn_2d') per
+  axis; class-token rows stay. A file whose class-token count differs from the model's is
+  returned unchanged, for `check_tree` to name the difference.
+  """
+  posembed = params.get('Transformer', {}).get('posembed_input') if 'Transformer' in params \
+      else None
+  prefix = num_prefix_tokens(model_config)
+  if not posembed or prefix != (1 if 'cls' in params else 0):
+    return params
+  gh, gw = grid_shape
+  fitted = dict(posembed)
+  if 'pos_embedding' in posembed:
+    n = np.shape(posembed['pos_embedding'])[1] - prefix
+    side = math.isqrt(n)
+    if n != gh * gw or (side * side == n and (side, side) != (gh, gw)):
+      logging.info('Fitting position embeddings of %d grid tokens to a %dx%d grid.', n, gh, gw)
+      fitted['pos_embedding'] = resize_posemb(posembed['pos_embedding'], (gh, gw),
+                                              num_prefix_tokens=prefix)
+  for name, size in (('pos_embedding_row', gh), ('pos_embedding_col', gw)):
+    if name in posembed and np.shape(posembed[name])[0] != size:
+      table = np.asarray(posembed[name])
+      fitted[name] = resize_posemb(table[None], (size, 1), num_prefix_tokens=0,
+                                   old_grid=(len(table), 1))[0]
+  return {**params, 'Transformer': {**params['Transformer'], 'posembed_input': fitted}}
+
+
+def _posemb_grid(params: Mapping[str, Any], model_config: Any) -> Optional[Tuple[int, int]]:
+  """The token grid a param tree's position embeddings are for (1-D tables: square)."""
+  posembed = params.get('Transformer', {}).get('posembed_input', {})
+  if 'pos_embedding_row' in posembed:
+    return len(posembed['pos_embedding_row']), len(posembed['pos_embedding_col'])
+  if 'pos_embedding' in posembed:
+    n = np.shape(posembed['pos_embedding'])[1] - num_prefix_tokens(model_config)
+    return _square_grid(n, 'the model')
+  return None
+
+
 def load_pretrained(*, pretrained_path: str, init_params: Mapping[str, Any], model_config: Any,
                     grid_shape: Optional[Sequence[int]] = None,
                     cache_dir: Optional[str] = None, keep_head: bool = False) -> Params:
   """Adapts a pretrained checkpoint for fine-tuning (official semantics).
 
   The head comes from `init_params` (new task); `representation_size=None` drops `pre_logits`;
-  position embeddings are resized to the model's grid (`grid_shape`, or square). Anything else
-  that does not fit raises one error listing the differing names.
+  position embeddings are fitted to the model's grid (`grid_shape`, or square). Anything else
+  that does not fit raises one short error naming the first differing names.
 
   Args:
-    pretrained_path: local .npz, gs:// or https:// path.
+    pretrained_path: local .npz, run directory, gs:// or https:// path, or a published name
+      (see `resolve_name`).
     init_params: freshly initialised params of the fine-tuning model.
     model_config: the model's ConfigDict/dict (classifier, representation_size).
     grid_shape: (rows, cols) token grid of the fine-tuning model; needed for non-square inputs.
@@ -330,8 +454,8 @@ def load_pretrained(*, pretrained_path: str, init_params: Mapping[str, Any], mod
   Returns:
     A param tree shaped like `init_params`.
   """
-  restored = load(pretrained_path, cache_dir)
-  if model_config.get('representation_size') is None and 'pre_logits' in restored:
+  restored = load(resolve_name(pretrained_path), cache_dir)
+  if model_config['representation_size'] is None and 'pre_logits' in restored:
     logging.info('load_pretrained: dropping pre_logits (representation_size=None).')
     del restored['pre_logits']
   elif 'pre_logits' in init_params and 'pre_logits' not in restored:
@@ -345,31 +469,352 @@ def load_pretrained(*, pretrained_path: str, init_params: Mapping[str, Any], mod
       raise CheckpointError(f'keep_head: the head of {pretrained_path} does not fit the model '
                             '(another number of classes); set keep_head=False for a new head.')
     restored['head'] = head if keep_head else init_params['head']
-  _resize_posemb_to(restored, init_params, model_config, grid_shape)
+  grid = grid_shape or _posemb_grid(init_params, model_config)
+  if grid is not None:
+    restored = fit_posemb(restored, model_config, grid)
   check_tree(restored, init_params, pretrained_path)
   return _cast_like(restored, init_params)
-
-
-def _resize_posemb_to(restored: Params, init_params: Mapping[str, Any], model_config: Any,
-                      grid_shape: Optional[Sequence[int]]) -> None:
-  try:
-    old = restored['Transformer']['posembed_input']['pos_embedding']
-    new = init_params['Transformer']['posembed_input']['pos_embedding']
-  except KeyError:
-    return
-  if old.shape == new.shape:
-    return
-  # Class-token rows: the checkpoint has one iff it has `cls`; a mismatch with the model (gap vs
-  # token) is left for check_tree to report by name.
-  num_prefix = 1 if 'cls' in restored else 0
-  if num_prefix != (1 if 'cls' in init_params else 0):
-    return
-  new_grid = grid_shape or _square_grid(new.shape[1] - num_prefix, 'the model')
-  restored['Transformer']['posembed_input']['pos_embedding'] = resize_posemb(
-      old, new_grid, num_prefix_tokens=num_prefix)
 
 
 def _cast_like(params: Mapping[str, Any], like: Mapping[str, Any]) -> Params:
   if isinstance(params, Mapping):
     return {k: _cast_like(v, like[k]) for k, v in params.items()}
   return np.asarray(params, dtype=like.dtype) if hasattr(like, "dtype") else params
+
+
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+  """What a checkpoint's shapes say it is (see `architecture`).
+
+  Attributes:
+    config: model ConfigDict for `models.get_model(config, num_classes=num_classes)`: the
+      official fields (plus `presets.VIT_EXTRAS` for ViTs, with `posemb` from the file).
+    num_classes: outputs of the head; 0 without one.
+    grid: (rows, cols) token grid the position embeddings were trained at, or None.
+    image_size: grid × token stride in pixels (the training resolution), or None.
+    assumed: what the shapes cannot decide, each with the value used ('dropout_rate 0.1 (from
+      ViT-L_16)', 'classifier token (or token_unpooled)', ...).
+  """
+
+  config: ml_collections.ConfigDict
+  num_classes: int
+  grid: Optional[Tuple[int, int]]
+  image_size: Optional[int]
+  assumed: Tuple[str, ...]
+
+  @property
+  def model_name(self) -> str:
+    return self.config.model_name
+
+
+def _shape_tree(params: Mapping[str, Any]) -> Dict[str, Any]:
+  """{Linen name: shape} as a tree, from a flat published dict or a (Linen) param tree."""
+  flat = flatten(params) if any(isinstance(v, Mapping) for v in params.values()) else params
+  shapes = {name: tuple(getattr(v, 'shape', np.shape(v))) for name, v in flat.items()}
+  return renumber_pre_linen(unflatten(shapes))
+
+
+def _count(tree: Mapping[str, Any], pattern: str) -> int:
+  return sum(1 for key in tree if re.fullmatch(pattern, key))
+
+
+def _mixer_fields(tree: Mapping[str, Any]) -> Tuple[Dict[str, Any], Tuple[int, int]]:
+  stem = tree['stem']['kernel']
+  block = tree['MixerBlock_0']
+  tokens = block['token_mixing']['Dense_0']['kernel'][0]
+  side = math.isqrt(tokens)
+  fields = dict(patches={'size': tuple(stem[:2])}, hidden_dim=stem[3],
+                num_blocks=_count(tree, r'MixerBlock_\d+'),
+                tokens_mlp_dim=block['token_mixing']['Dense_0']['kernel'][1],
+                channels_mlp_dim=block['channel_mixing']['Dense_0']['kernel'][1])
+  return fields, ((side, side) if side * side == tokens else None)
+
+
+def _resnet_fields(tree: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
+  if 'conv_root' not in tree:
+    return None
+  width = tree['conv_root']['kernel'][3]
+  stages = _count(tree, r'block\d+')
+  units = tuple(_count(tree[f'block{s + 1}'], r'unit\d+') for s in range(stages))
+  factor = width / 64
+  return dict(num_layers=units, width_factor=int(factor) if factor == int(factor) else factor)
+
+
+def _vit_fields(tree: Mapping[str, Any]) -> Tuple[Dict[str, Any], Optional[Tuple[int, int]]]:
+  """Shape-decidable ViT fields and the trained token grid."""
+  encoder = tree['Transformer']
+  block = encoder['encoderblock_0']
+  hidden = tree['embedding']['kernel'][3]
+  _, heads, head_dim = block['MultiHeadDotProductAttention_0']['query']['kernel']
+  if heads * head_dim != hidden:
+    raise CheckpointError(f'attention width {heads}x{head_dim} differs from the hidden size '
+                          f'{hidden}; this model family cannot run such a checkpoint.')
+  posembed = encoder.get('posembed_input', {})
+  prefix = 1 if 'cls' in tree else 0
+  grid = None
+  if 'pos_embedding_row' in posembed:
+    posemb = 'learn_2d'
+    grid = posembed['pos_embedding_row'][0], posembed['pos_embedding_col'][0]
+  elif 'pos_embedding' in posembed:
+    posemb, n = 'learn', posembed['pos_embedding'][1] - prefix
+    grid = (math.isqrt(n),) * 2 if math.isqrt(n)**2 == n else None
+  else:
+    posemb = 'sincos2d' if hidden % 4 == 0 else 'none'
+  fields = dict(
+      patches={'size': tuple(tree['embedding']['kernel'][:2])}, hidden_size=hidden,
+      transformer=dict(mlp_dim=block['MlpBlock_0']['Dense_0']['kernel'][1], num_heads=heads,
+                       num_layers=_count(encoder, r'encoderblock_\d+')),
+      classifier='token' if prefix else 'gap',
+      representation_size=tree['pre_logits']['kernel'][1] if 'pre_logits' in tree else None,
+      posemb=posemb)
+  resnet = _resnet_fields(tree)
+  if resnet is not None:
+    fields['resnet'] = resnet
+  return fields, grid
+
+
+def _full_vit(config: Mapping[str, Any]) -> Dict[str, Any]:
+  """A ViT config dict with the official defaults for fields a preset leaves out."""
+  out = dict(presets.VIT_EXTRAS, representation_size=None, classifier='token')
+  out.update(_plain(config))
+  return out
+
+
+def _plain(config: Any) -> Any:
+  """ConfigDict/dict → plain dict with tuples (JSON lists of metadata become tuples)."""
+  if hasattr(config, 'to_dict'):
+    config = config.to_dict()
+  if isinstance(config, Mapping):
+    return {k: _plain(v) for k, v in config.items()}
+  if isinstance(config, list):
+    return tuple(_plain(v) for v in config)
+  return config
+
+
+def _posemb_params(posemb: str) -> str:
+  return {'learn': 'learned 1-D', 'learn_2d': 'learned 2-D'}.get(posemb, 'none')
+
+
+def _compared_fields(config: Mapping[str, Any]) -> Tuple[Tuple[str, Any], ...]:
+  """(label, value) of every field a checkpoint's shapes decide, in reading order."""
+  if presets.is_mixer(config):
+    return (('family', 'Mixer'), ('patch size', tuple(config['patches']['size'])),
+            ('hidden size', config['hidden_dim']), ('depth', config['num_blocks']),
+            ('token-mixing MLP width', config['tokens_mlp_dim']),
+            ('channel-mixing MLP width', config['channels_mlp_dim']))
+  resnet, t = config.get('resnet'), config['transformer']  # Presets without a ResNet omit it.
+  fields = (('family', 'ResNet+ViT hybrid' if resnet else 'ViT'),
+            ('patch size', tuple(config['patches']['size'])),
+            ('hidden size', config['hidden_size']), ('depth', t['num_layers']),
+            ('heads', t['num_heads']), ('MLP width', t['mlp_dim']),
+            ('class token', 'yes' if num_prefix_tokens(config) else 'no'),
+            ('position embedding parameters', _posemb_params(config['posemb'])))
+  if resnet:
+    fields += (('ResNet units per stage', tuple(resnet['num_layers'])),
+               ('ResNet width factor', resnet['width_factor']))
+  return fields
+
+
+def first_difference(found: Any, expected: Any, expected_name: str) -> Optional[str]:
+  """One line naming the first shape-decided field where two model configs differ, else None.
+
+  E.g. "hidden size 128 in the file, 192 in ViT-Ti_16". `expected` may be an official preset
+  (fields it omits take the official defaults); its `representation_size=None` accepts any
+  pre_logits width, as the presets' published imagenet21k files have one.
+  """
+  found, expected = _plain(found), _plain(expected)
+  if not presets.is_mixer(found):
+    found = _full_vit(found)
+  if not presets.is_mixer(expected):
+    expected = _full_vit(expected)
+  if presets.is_mixer(found) == presets.is_mixer(expected):
+    pairs = zip(_compared_fields(found), _compared_fields(expected))
+  else:
+    pairs = [(_compared_fields(found)[0], _compared_fields(expected)[0])]
+  for (label, have), (_, want) in pairs:
+    if have != want:
+      return f'{label} {have} in the file, {want} in {expected_name}'[:299]
+  rep = (found.get('representation_size'), expected.get('representation_size'))
+  if rep[1] is not None and rep[0] != rep[1]:
+    return f'representation size {rep[0]} in the file, {rep[1]} in {expected_name}'[:299]
+  return None
+
+
+def _matching_preset(fields: Mapping[str, Any]) -> Optional[str]:
+  for name, preset in presets.MODEL_CONFIGS.items():
+    if first_difference(fields, preset, name) is None:
+      return name
+  return None
+
+
+def _custom_name(fields: Mapping[str, Any]) -> str:
+  """A descriptive name for shapes that match no preset, e.g. 'ViT-custom-128d-4L-4h-p7'."""
+  patch = fields['patches']['size'][0]
+  if presets.is_mixer(fields):
+    return f'Mixer-custom-{fields["hidden_dim"]}d-{fields["num_blocks"]}L-p{patch}'
+  t, resnet = fields['transformer'], fields.get('resnet')
+  root = '' if resnet is None else 'R' + '-'.join(map(str, resnet['num_layers'])) + '+'
+  return (f'{root}ViT-custom-{fields["hidden_size"]}d-{t["num_layers"]}L-{t["num_heads"]}h-'
+          f'mlp{t["mlp_dim"]}-p{patch}')
+
+
+def _vit_config(fields: Dict[str, Any], name: Optional[str]) -> Tuple[Dict[str, Any], list]:
+  """Completes shape-decided ViT fields with the preset's (or official default) others."""
+  preset = _full_vit(presets.MODEL_CONFIGS[name]) if name else None
+  source = f'from {name}' if name else 'official default'
+  config = _full_vit(fields)
+  for key in ('dropout_rate', 'attention_dropout_rate'):
+    config['transformer'][key] = preset['transformer'][key] if preset else 0.
+  if preset:
+    config['classifier'] = preset['classifier']
+  alternative = {'token': 'token_unpooled', 'gap': 'unpooled', 'unpooled': 'gap',
+                 'token_unpooled': 'token'}[config['classifier']]
+  t = config['transformer']
+  assumed = [f'dropout_rate {t["dropout_rate"]}, attention_dropout_rate '
+             f'{t["attention_dropout_rate"]} ({source})',
+             f'classifier {config["classifier"]} (not {alternative}: same shapes)']
+  if config['posemb'] == 'sincos2d':
+    assumed.append('posemb sincos2d (not none: neither has parameters)')
+  return config, assumed
+
+
+def architecture(params: Mapping[str, Any]) -> Architecture:
+  """The model a published-format checkpoint holds, read from its shapes alone.
+
+  Accepts the flat dict of an .npz (pre-Linen or Linen names, (1, 1, 1, C) GroupNorm) or a Linen
+  param tree (arrays or anything with `.shape`). Decides ViT/hybrid/Mixer, patch, widths,
+  depth, heads, classes, pre_logits, class token, position-embedding kind and trained grid;
+  `model_name` is the official preset whose decidable fields all match (its dropout rates are
+  then used), else a descriptive custom name. What stays open is listed in `assumed`.
+  """
+  tree = _shape_tree(params)
+  num_classes = int(tree['head']['bias'][0]) if 'head' in tree else 0
+  if 'stem' in tree and 'MixerBlock_0' in tree:
+    fields, grid = _mixer_fields(tree)
+    config, assumed = fields, []
+  elif 'embedding' in tree and 'encoderblock_0' in tree.get('Transformer', {}):
+    fields, grid = _vit_fields(tree)
+    config, assumed = _vit_config(fields, _matching_preset(fields))
+  else:
+    raise CheckpointError('not a ViT, hybrid or Mixer checkpoint: it has neither embedding/ + '
+                          'Transformer/encoderblock_0/ nor stem/ + MixerBlock_0/ parameters.')
+  config['model_name'] = _matching_preset(config) or _custom_name(config)
+  stride = token_stride(config)
+  image_size = grid[0] * stride if grid and grid[0] == grid[1] else None
+  return Architecture(config=ml_collections.ConfigDict(config), num_classes=num_classes,
+                      grid=grid, image_size=image_size, assumed=tuple(assumed))
+
+
+def conform(arch: Architecture, declared: Any, declared_name: str) -> Architecture:
+  """`arch` completed by a declared model config (run metadata, --model) that fits the file.
+
+  The declared config decides what shapes cannot (dropout, classifier, sincos2d vs none,
+  model_name, ViT extras); the file's shapes decide the rest.
+
+  Raises:
+    CheckpointError: one line naming the first field where `declared` contradicts the file.
+  """
+  problem = first_difference(arch.config, declared, declared_name)
+  if problem:
+    raise CheckpointError(problem)
+  config = _plain(declared)
+  if not presets.is_mixer(config):
+    config = _full_vit(config)
+    found = _plain(arch.config)
+    config['representation_size'] = found['representation_size']
+    if found['posemb'] in ('learn', 'learn_2d'):
+      config['posemb'] = found['posemb']
+  config['model_name'] = config.get('model_name') or arch.config.model_name
+  return dataclasses.replace(arch, config=ml_collections.ConfigDict(config), assumed=())
+
+
+def write_metadata(directory: str, *, model_config: Any, image_size: int,
+                   class_names: Optional[Sequence[str]], dataset: str, **extra: Any) -> str:
+  """Writes `metadata.json` beside a run's params.npz: what a user needs without the config.
+
+  Args:
+    directory: the run directory (holding `params.npz`).
+    model_config: the model ConfigDict the run trained.
+    image_size: the square input side it evaluates at.
+    class_names: label names of the head's outputs (None if the dataset has none).
+    dataset: the dataset name or folder.
+    **extra: more facts (step, accuracy, num_classes when there are no class names, ...).
+
+  Returns:
+    The path written (atomically).
+  """
+  data = dict(
+      params_file=PARAMS_FILE, model=_plain(model_config),
+      num_classes=len(class_names) if class_names else extra.pop('num_classes', None),
+      image_size=int(image_size), class_names=list(class_names) if class_names else None,
+      dataset=dataset,
+      preprocessing=dict(decode='RGB, 3 channels', resize='bilinear, whole image (no crop, no '
+                         'antialias)', size=[int(image_size)] * 2, scale='x / 127.5 - 1',
+                         value_range=[-1., 1.]))
+  data.update(extra)
+  path = os.path.join(directory, METADATA_FILE)
+  os.makedirs(directory, exist_ok=True)
+  tmp = f'{path}.tmp-{os.getpid()}'
+  with open(tmp, 'w', encoding='utf-8') as f:
+    json.dump(data, f, indent=1, default=str)
+  os.replace(tmp, path)
+  return path
+
+
+def read_metadata(npz_path_or_dir: str) -> Optional[Dict[str, Any]]:
+  """The run metadata describing a local params.npz (or run directory), or None if none."""
+  if is_remote(npz_path_or_dir):
+    return None
+  if os.path.isdir(npz_path_or_dir):
+    directory, name = npz_path_or_dir, PARAMS_FILE
+  else:
+    directory, name = os.path.split(npz_path_or_dir)
+  path = os.path.join(directory, METADATA_FILE)
+  if not os.path.isfile(path):
+    return None
+  try:
+    with open(path, encoding='utf-8') as f:
+      data = json.load(f)
+  except (OSError, ValueError) as e:
+    raise CheckpointError(f'{path} is not readable JSON ({e}); delete or fix it.') from None
+  return data if data.get('params_file', PARAMS_FILE) == name else None
+
+
+# timm models of the official hybrids (their ResNet stems are not built from keyword arguments).
+_TIMM_HYBRIDS = {'R+ViT-Ti_16': 'vit_tiny_r_s16_p8_224', 'R50+ViT-B_16': 'vit_base_r50_s16_224',
+                 'R26+ViT-S_32': 'vit_small_r26_s32_224', 'R26+ViT-B_32': 'vit_base_r26_s32_224',
+                 'R50+ViT-L_32': 'vit_large_r50_s32_224'}
+
+
+def timm_model_args(arch: Architecture) -> Tuple[str, Dict[str, Any]]:
+  """(name, kwargs) for `timm.create_model(name, **kwargs)` to rebuild `arch` in PyTorch.
+
+  timm's own `load_pretrained(npz)` then reads the file. Plain ViTs of any shape are timm's
+  ViT-B/16 entry with every width overridden; hybrids must be official presets.
+
+  Raises:
+    CheckpointError: for what timm's npz loader cannot represent (pre_logits, Mixer,
+      non-learned position embeddings, unpooled classifiers, custom hybrids).
+  """
+  config = arch.config
+  kwargs: Dict[str, Any] = dict(num_classes=arch.num_classes, act_layer='gelu_tanh')
+  if arch.image_size:
+    kwargs['img_size'] = arch.image_size
+  problem = ('Mixer' if presets.is_mixer(config) else
+             'pre_logits' if config.representation_size is not None else
+             f'posemb {config.posemb}' if config.posemb != 'learn' else
+             f'classifier {config.classifier}' if config.classifier not in ('token', 'gap')
+             else None)
+  if problem is None and 'resnet' in config and config.resnet is not None:
+    if config.model_name not in _TIMM_HYBRIDS:
+      problem = f'custom hybrid {config.model_name}'
+    else:
+      return _TIMM_HYBRIDS[config.model_name], kwargs
+  if problem:
+    raise CheckpointError(f'timm\'s npz loader cannot represent this checkpoint ({problem}).')
+  t = config.transformer
+  kwargs.update(patch_size=config.patches.size[0], embed_dim=config.hidden_size,
+                depth=t.num_layers, num_heads=t.num_heads, mlp_ratio=t.mlp_dim / config.hidden_size,
+                class_token=config.classifier == 'token', fc_norm=False,
+                global_pool='token' if config.classifier == 'token' else 'avg')
+  return 'vit_base_patch16_224', kwargs

@@ -8,11 +8,12 @@ from absl import flags
 
 def define_model_flags(fv: flags.FlagValues, image_size_help: str) -> None:
   """--checkpoint, --model and --image_size, shared by the tools that load a checkpoint."""
-  flags.DEFINE_string('checkpoint', None, 'Checkpoint .npz (path, gs://, https://) or a '
-                      'published name such as ViT-B_16 or augreg/<file stem>.', flag_values=fv)
-  flags.DEFINE_string('model', None, 'Model preset, e.g. ViT-B_16, or a .py file whose '
-                      'get_config() returns a model ConfigDict (custom models); default: '
-                      'guessed from the checkpoint file name.', flag_values=fv)
+  flags.DEFINE_string('checkpoint', None, 'Checkpoint .npz (path, gs://, https://), a run '
+                      'directory (its params.npz + metadata.json) or a published name such as '
+                      'ViT-B_16 or augreg/<file stem>.', flag_values=fv)
+  flags.DEFINE_string('model', None, 'Optional check: a preset (e.g. ViT-B_16) or a .py file '
+                      'whose get_config() returns a model ConfigDict; the model itself is read '
+                      'from the checkpoint.', flag_values=fv)
   flags.DEFINE_integer('image_size', None, image_size_help, flag_values=fv)
 
 

@@ -1,7 +1,8 @@
 """Features of a trained ViT for inspection: images in, embeddings/tokens/attention out.
 
-`load_model` reads a published `.npz` into the model it fits (classes, representation layer and
-resolution come from the checkpoint); `extract_features` runs that same model and param tree
+`load_model` reads a published `.npz`, run directory or published name into the model its
+shapes describe (`checkpoint.architecture`; a run's metadata.json adds what shapes cannot say);
+`extract_features` runs that same model and param tree
 once with Flax's `capture_intermediates` plus the attention weights each block sows, so the
 numbers are exactly those of the forward pass that makes predictions (no second model).
 
@@ -13,7 +14,6 @@ to 3-channel RGB, `tf.image.resize` bilinear to the square model size, then
 import dataclasses
 import functools
 import importlib.util
-import math
 import os
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
@@ -31,9 +31,6 @@ from vit_jax import models_vit
 Params = Dict[str, Any]
 
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.gif', '.bmp', '.webp', '.tif', '.tiff')
-# A checkpoint named without a folder or extension is looked up here: these files carry real
-# ImageNet-1k heads (the plain imagenet21k files have all-zero heads).
-DEFAULT_NAMED_COLLECTION = 'imagenet21k+imagenet2012'
 
 
 # File signatures of the formats TF decodes (JPEG, PNG, GIF, BMP); others go straight to Pillow
@@ -170,16 +167,6 @@ def extract_features(model: Any, params: Params, images: Any) -> Features:
   return make_feature_fn(model)(params, jnp.asarray(images, jnp.float32))
 
 
-def num_prefix_tokens(model_config: Any) -> int:
-  """Tokens before the patch grid: 1 for the class token ('token' classifiers), else 0."""
-  return 1 if model_config.get('classifier', 'token') in ('token', 'token_unpooled') else 0
-
-
-def token_stride(model_config: Any) -> int:
-  """Pixels per token along each axis: the patch size, times the ResNet's 4x/2x downscaling."""
-  return 224 // models.token_grid(model_config, (224, 224))[0]
-
-
 @dataclasses.dataclass(frozen=True)
 class LoadedModel:
   """A checkpoint fitted to its model.
@@ -187,11 +174,13 @@ class LoadedModel:
   Attributes:
     model: the Flax module (ViT, hybrid or Mixer) with the checkpoint's classes.
     params: Linen param tree (numpy), checked against the model.
-    config: the preset's ConfigDict, updated with the checkpoint's representation size.
+    config: the model ConfigDict (from the file's shapes, completed by run metadata/--model).
     image_size: square input side the model runs at.
     num_classes: outputs of the head (0 when the checkpoint has none).
     head_is_zero: True for pre-training files whose head was never trained (all zeros).
     source: the checkpoint path as given.
+    class_names: label names from the run's metadata.json, or None.
+    assumed: what neither the shapes nor metadata decided (see `checkpoint.Architecture`).
   """
 
   model: Any
@@ -201,35 +190,16 @@ class LoadedModel:
   num_classes: int
   head_is_zero: bool
   source: str
-
-
-def resolve_checkpoint(path_or_name: str) -> str:
-  """A path, URL, or a published name ('ViT-B_16', 'augreg/S_16-...'); names map to gs://."""
-  if os.path.exists(path_or_name) or checkpoint.is_remote(path_or_name):
-    return path_or_name
-  collection, _, name = path_or_name.rpartition('/')
-  if not name.endswith('.npz') and collection in ('', *checkpoint.PUBLISHED_DIRS):
-    folder = checkpoint.PUBLISHED_DIRS[collection or DEFAULT_NAMED_COLLECTION]
-    return f'{folder}/{name}.npz'
-  return path_or_name
-
-
-def model_name_for(checkpoint_path: str) -> str:
-  """Guesses the preset from a file name ('ViT-B_16.npz', 'B_16-i21k-...npz')."""
-  stem = os.path.basename(checkpoint_path)
-  stem = stem[:-len('.npz')] if stem.endswith('.npz') else stem
-  for candidate in (stem, stem.split('-i21k')[0], stem.split('-')[0]):
-    if candidate in models.MODEL_CONFIGS or candidate in models.AUGREG_CONFIGS:
-      return candidate
-  raise ValueError(f'Cannot tell the model of checkpoint "{checkpoint_path}" from its name; '
-                   'pass --model (e.g. --model=ViT-B_16).')
+  class_names: Optional[Tuple[str, ...]] = None
+  assumed: Tuple[str, ...] = ()
 
 
 def model_config(model: str) -> ml_collections.ConfigDict:
   """The model ConfigDict for a preset name or a `.py` config file (models outside the presets).
 
   The file's `get_config()` returns a model ConfigDict (e.g. `config_lib.small_vit(...)`) or an
-  experiment config whose `.model` is one; a `model_name` defaults to the file's stem.
+  experiment config whose `.model` (of its `finetune` stage for two-stage configs) is one; a
+  `model_name` defaults to the file's stem.
   """
   if not model.endswith('.py'):
     return models.get_config(model)
@@ -245,8 +215,9 @@ def model_config(model: str) -> ml_collections.ConfigDict:
                      f'{type(e).__name__}: {e}).') from None
   if isinstance(config, dict):
     config = ml_collections.ConfigDict(config)
-  if 'model' in config and hasattr(config.model, 'to_dict'):
-    config = config.model
+  stage = next((config[k] for k in ('finetune', 'pretrain') if k in config), config)
+  if 'model' in stage and hasattr(stage.model, 'to_dict'):  # An experiment config (its last stage).
+    config = stage.model
   config = ml_collections.ConfigDict(config.to_dict())  # Unlocked copy.
   if 'patches' not in config and not models.is_mixer(config):
     raise ValueError(f'"{model}": get_config() must return a model ConfigDict (with patches, '
@@ -256,69 +227,68 @@ def model_config(model: str) -> ml_collections.ConfigDict:
   return config
 
 
-def _checkpoint_grid(params: Params, config: Any) -> Optional[Tuple[int, int]]:
-  try:
-    posemb = params['Transformer']['posembed_input']['pos_embedding']
-  except (KeyError, TypeError):
-    return None
-  side = math.isqrt(posemb.shape[1] - num_prefix_tokens(config))
-  return side, side
+def _architecture(params: Params, path: str, model: Optional[str],
+                  metadata: Optional[Dict[str, Any]]) -> checkpoint.Architecture:
+  """The file's architecture, completed by its run metadata and checked against `--model`."""
+  arch = checkpoint.architecture(params)
+  if metadata and metadata.get('model'):
+    arch = checkpoint.conform(arch, metadata['model'], checkpoint.METADATA_FILE)
+  if model:
+    try:
+      arch = checkpoint.conform(arch, model_config(model), model)
+    except checkpoint.CheckpointError as e:
+      fix = (f' or pass --model={arch.model_name}' if arch.model_name in models.MODEL_CONFIGS
+             else '')
+      raise checkpoint.CheckpointError(
+          f'--model does not fit {os.path.basename(path)}: {e}; drop --model (the file says '
+          f'what it is){fix}.') from None
+  for note in arch.assumed:
+    logging.info('%s: assumed %s.', path, note)
+  return arch
 
 
-def _fit_posemb(params: Params, config: Any, image_size: int) -> None:
-  """Resizes the checkpoint's position embeddings in place if `image_size` needs another grid."""
-  old_grid = _checkpoint_grid(params, config)
-  new_grid = models.token_grid(config, (image_size, image_size))
-  if old_grid is not None and old_grid != tuple(new_grid):
-    logging.warning('Checkpoint position embeddings are for a %dx%d grid; resizing to %dx%d '
-                    'for %dpx inputs.', *old_grid, *new_grid, image_size)
-    posembed = params['Transformer']['posembed_input']
-    posembed['pos_embedding'] = checkpoint.resize_posemb(
-        posembed['pos_embedding'], new_grid, num_prefix_tokens=num_prefix_tokens(config),
-        old_grid=old_grid)
-
-
-def load_model(checkpoint_path: str, model_name: Optional[str] = None,
+def load_model(checkpoint_path: str, model: Optional[str] = None,
                image_size: Optional[int] = None) -> LoadedModel:
-  """Loads a published-layout checkpoint into the preset model it was trained as.
+  """Loads a published-format checkpoint into the model its shapes describe.
 
   Args:
-    checkpoint_path: local .npz, gs:// or https:// address, or a published name ('ViT-B_16').
-    model_name: preset name (official or AugReg spelling) or a `.py` file for a model outside
-      the presets (see `model_config`); None guesses the preset from the checkpoint's name.
-    image_size: input side; None uses the checkpoint's own resolution (from its position
-      embeddings, 224 when it has none). Another size resizes the position embeddings.
+    checkpoint_path: local .npz, run directory, gs:// or https:// address, or a published
+      name ('ViT-B_16', 'augreg/<file stem>'); see `checkpoint.resolve_name`.
+    model: optional check: a preset name or a `.py` file (see `model_config`) that must agree
+      with the file; it also settles what shapes cannot (dropout, token vs token_unpooled).
+    image_size: input side; None uses the run metadata's, else the checkpoint's own
+      resolution (from its position embeddings, 224 when it has none). Another size resizes
+      the position embeddings.
 
   Returns:
     A `LoadedModel`.
 
   Raises:
-    ValueError: unknown model name, or a model the image tools cannot run.
-    checkpoint.CheckpointError: missing/unreadable file or one that does not fit the model.
+    ValueError: unknown model name, or a `--model` that contradicts the file (one line).
+    checkpoint.CheckpointError: missing/unreadable file or one that is no ViT/hybrid/Mixer.
   """
-  config = model_config(model_name or model_name_for(checkpoint_path))
-  path = resolve_checkpoint(checkpoint_path)
+  if model and not model.endswith('.py'):
+    models.get_config(model)  # An unknown name fails before any download.
+  path = checkpoint.resolve_name(checkpoint_path)
   if not checkpoint.is_remote(path) and not os.path.isfile(path):
     raise checkpoint.CheckpointError(
-        f'Could not find checkpoint "{checkpoint_path}"; pass an .npz file, a gs:// or https:// '
-        'address, or a published name such as ViT-B_16.')
+        f'Could not find checkpoint "{checkpoint_path}"; pass an .npz file, a run directory, '
+        'a gs:// or https:// address, or a published name such as ViT-B_16.')
   params = checkpoint.load(path)
-  num_classes = int(np.shape(params['head']['bias'])[0]) if 'head' in params else 0
-  if 'pre_logits' in params and 'representation_size' in config:
-    config.representation_size = int(np.shape(params['pre_logits']['bias'])[0])
-  if image_size is None:
-    grid = _checkpoint_grid(params, config)
-    image_size = grid[0] * token_stride(config) if grid else 224
+  metadata = checkpoint.read_metadata(path)
+  arch = _architecture(params, path, model, metadata)
+  config = arch.config
+  image_size = image_size or (metadata or {}).get('image_size') or arch.image_size or 224
   if not models.is_mixer(config):
-    _fit_posemb(params, config, image_size)
-  model = models.get_model(config, num_classes=num_classes)
+    params = checkpoint.fit_posemb(params, config, models.token_grid(config, (image_size,) * 2))
+  net = models.get_model(config, num_classes=arch.num_classes)
   expected = jax.eval_shape(
-      lambda: model.init(jax.random.key(0), jnp.zeros((1, image_size, image_size, 3)),
-                         train=False))['params']
-  try:
-    checkpoint.check_tree(params, expected, checkpoint_path)
-  except checkpoint.CheckpointError as e:
-    raise checkpoint.CheckpointError(str(e).replace('--config.model', '--model')) from None
-  head_is_zero = bool(num_classes) and not np.any(params['head']['kernel'])
-  return LoadedModel(model=model, params=params, config=config, image_size=image_size,
-                     num_classes=num_classes, head_is_zero=head_is_zero, source=checkpoint_path)
+      lambda: net.init(jax.random.key(0), jnp.zeros((1, image_size, image_size, 3)),
+                       train=False))['params']
+  checkpoint.check_tree(params, expected, checkpoint_path)
+  head_is_zero = bool(arch.num_classes) and not np.any(params['head']['kernel'])
+  names = (metadata or {}).get('class_names')
+  return LoadedModel(model=net, params=params, config=config, image_size=image_size,
+                     num_classes=arch.num_classes, head_is_zero=head_is_zero,
+                     source=checkpoint_path, class_names=tuple(names) if names else None,
+                     assumed=arch.assumed)

@@ -1,16 +1,17 @@
 """Top-k predictions of a checkpoint on image files.
 
-  python -m vit_jax.predict --checkpoint=ViT-B_16.npz --model=ViT-B_16 cat.jpg photos/
-  python -m vit_jax.predict --checkpoint=model.npz --model=ViT-S_16 --labels=cifar10 --json img/
-  python -m vit_jax.predict --checkpoint=params.npz --model=my_vit.py --labels=fashion_mnist img/
+  python -m vit_jax.predict --checkpoint=ViT-B_16 cat.jpg photos/
+  python -m vit_jax.predict --checkpoint=runs/quickstart/finetune img.png
+  python -m vit_jax.predict --checkpoint=model.npz --labels=cifar10 --json img/
 
-`--model` takes a preset name or, for a model outside the presets, a .py file whose
-`get_config()` returns its model ConfigDict (e.g. `config_lib.small_vit(...)`).
+The model is read from the checkpoint itself (`checkpoint.architecture`; a run directory's
+metadata.json adds what shapes cannot say). `--model` (a preset name or a .py file whose
+`get_config()` returns a model ConfigDict) is only a check that the file is that model.
 
 Images (JPEG/PNG/..., any size or colour mode) are preprocessed as the eval pipeline does
-(`features.preprocess`) and run in batches; the number of classes comes from the checkpoint's
-head and label names from `--labels` (a shipped set, a text file with one name a line, or by
-default the shipped set whose size matches the head). Bad input prints one line and exits 1.
+(`features.preprocess`) and run in batches. Label names: `--labels` (a shipped set or a text
+file with one name a line) if given, else the run's metadata, else the shipped set the head
+size identifies (1000, 21843, 100 classes), else 'class N'. Bad input prints one line, exit 1.
 """
 
 import importlib.resources
@@ -44,8 +45,15 @@ def define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_bool('json', False, 'Print one JSON document instead of text.', flag_values=fv)
 
 
-def load_labels(labels: Optional[str], num_classes: int) -> List[str]:
-  """Label names for a head of `num_classes` outputs ('class N' when no set is known)."""
+def load_labels(labels: Optional[str], num_classes: int,
+                class_names: Optional[Sequence[str]] = None) -> List[str]:
+  """Label names for a head of `num_classes` outputs ('class N' when no set is known).
+
+  An explicit `labels` wins; then `class_names` (a run's metadata); then the shipped set
+  whose size identifies it.
+  """
+  if not labels and class_names and len(class_names) == num_classes:
+    return list(class_names)
   name = labels or _DEFAULT_LABELS.get(num_classes)
   if name is None:
     return [f'class {i}' for i in range(num_classes)]
@@ -103,7 +111,7 @@ def predict(loaded: features.LoadedModel, paths: Sequence[str], *, k: int = 5,
   if not loaded.num_classes:
     raise ValueError(f'{loaded.source} has no classification head; predictions need a '
                      'fine-tuned or classifier checkpoint.')
-  labels = labels or load_labels(None, loaded.num_classes)
+  labels = labels or load_labels(None, loaded.num_classes, loaded.class_names)
   forward = jax.jit(lambda params, x: loaded.model.apply({'params': params}, x, train=False))
   for start in range(0, len(paths), batch_size):
     chunk = list(paths[start:start + batch_size])
@@ -128,7 +136,8 @@ def run(fv: flags.FlagValues, image_paths: Sequence[str], out=None) -> None:
   """Loads the checkpoint named by the flags and prints predictions for `image_paths`."""
   out = out or sys.stdout
   if not fv.checkpoint:
-    raise ValueError('Pass --checkpoint=PATH_OR_NAME (an .npz file or e.g. ViT-B_16).')
+    raise ValueError('Pass --checkpoint=PATH_OR_NAME (an .npz file, a run directory or e.g. '
+                     'ViT-B_16).')
   if fv.top_k < 1 or fv.batch_size < 1:
     raise ValueError('--top_k and --batch_size must be at least 1.')
   paths = list_images(image_paths)
@@ -137,7 +146,7 @@ def run(fv: flags.FlagValues, image_paths: Sequence[str], out=None) -> None:
     logging.warning('%s has an all-zero head (a pre-training file): every class gets the same '
                     'probability, so these predictions are meaningless; use a fine-tuned '
                     'checkpoint (e.g. imagenet21k+imagenet2012/...).', fv.checkpoint)
-  labels = load_labels(fv.labels, loaded.num_classes)
+  labels = load_labels(fv.labels, loaded.num_classes, loaded.class_names)
   results = predict(loaded, paths, k=fv.top_k, labels=labels,
                     batch_size=min(fv.batch_size, len(paths)))
   if fv.json:
@@ -148,7 +157,7 @@ def run(fv: flags.FlagValues, image_paths: Sequence[str], out=None) -> None:
     for result in results:
       out.write(format_text(result) + '\n')
       out.flush()
-  if fv.labels is None and loaded.num_classes == 10:
+  if fv.labels is None and loaded.num_classes == 10 and not loaded.class_names:
     logging.warning('Labels shown as class indices: pass --labels=cifar10 or '
                     '--labels=fashion_mnist for names.')
 
