@@ -136,19 +136,6 @@ def evaluate(eval_step: Callable, params: Any, eval_data: Any, mesh: Mesh) -> Di
           'num_examples': int(totals['count'])}
 
 
-def pretrained_path(config: Any) -> Optional[str]:
-  """The .npz to fine-tune from: `pretrained_path`, or `pretrained_dir`/<model name>.npz."""
-  if config.pretrained_path:
-    return config.pretrained_path
-  directory = config.pretrained_dir
-  if not directory:
-    return None
-  name = config.model_or_filename or config.model.model_name
-  if config.model_or_filename and '-' not in name:  # An AugReg model name like 'B_16'.
-    name = checkpoint.best_augreg_filename(name, directory)
-  return f'{directory.rstrip("/")}/{name}.npz'
-
-
 def total_steps(config: Any, num_train_examples: int) -> int:
   """`total_steps`, or `num_epochs` over the training split at the global batch size."""
   if config.total_steps:
@@ -197,7 +184,7 @@ def preflight(config: Any, *, needs_pretrained: bool) -> Any:
     info = input_pipeline.get_dataset_info(config)
   except ValueError as e:
     problems.append(str(e).strip().rstrip('.'))
-  path = pretrained_path(config) if needs_pretrained else None
+  path = checkpoint.pretrained_path(config) if needs_pretrained else None
   if path:
     problem = checkpoint.check_available(path)
     if problem:
@@ -251,7 +238,7 @@ def init_state(trainer: Trainer, *, abstract: bool = False) -> State:
   if abstract:
     return jax.eval_shape(lambda: make_state(fresh_params()))
   params = jax.jit(fresh_params, out_shardings=replicated)()
-  path = pretrained_path(config)
+  path = checkpoint.pretrained_path(config)
   if path:
     logging.info('Fine-tuning from %s', path)
     loaded = checkpoint.load_pretrained(
@@ -416,13 +403,18 @@ def run_eval(trainer: Trainer, eval_step: Callable, state: State, eval_data: Any
   return result
 
 
-def export_params(params: Any, workdir: str) -> Optional[str]:
-  """Process 0 writes the final params as a published-format `workdir/params.npz`."""
+def export_params(trainer: Trainer, params: Any, workdir: str, result: Dict[str, Any]) -> None:
+  """Process 0 writes the final params as a published-format `workdir/params.npz`, and beside it
+  `metadata.json`: the model, input size and label names a user needs without this config."""
   if jax.process_index() != 0:
-    return None
+    return
   path = checkpoint.save(parallel.to_host(params), os.path.join(workdir, 'params.npz'))
-  logging.info('Exported params to %s', path)
-  return path
+  config = trainer.config
+  checkpoint.write_metadata(
+      workdir, model_config=config.model, image_size=config.pp.crop,
+      class_names=trainer.info.class_names, dataset=config.dataset, step=trainer.total_steps,
+      accuracy=result.get('accuracy'), num_examples=result.get('num_examples'))
+  logging.info('Exported params to %s (with %s)', path, checkpoint.METADATA_FILE)
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, Any]:
@@ -492,7 +484,7 @@ def _train_loop(trainer: Trainer, state: State, start: int, manager: ocp.Checkpo
     result = run_eval(trainer, eval_step, state, eval_data, progress, total)
   if jax.process_index() == 0:
     plotting.plot_curves(progress.history_path, os.path.join(workdir, 'curves.png'))
-  export_params(final_params(state), workdir)
+  export_params(trainer, final_params(state), workdir, result)
   return {'step': total, **result}
 
 
