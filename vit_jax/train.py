@@ -348,33 +348,37 @@ def _one_line(error: BaseException) -> str:
   return f'{type(error).__name__}: {lines[0][:300]}'
 
 
-def _all_processes(ok: bool) -> bool:
-  """Whether `ok` holds on every process, so that all of them resume from the same step."""
-  if jax.process_count() == 1:
-    return ok
-  from jax.experimental import multihost_utils  # Only for multi-process runs.
-  return bool(np.all(multihost_utils.process_allgather(np.int32(ok))))
+def _agreed(read: Callable[[], Any]) -> Tuple[Any, Optional[str]]:
+  """(read(), None), or (None, why) when it failed here or on another process.
+
+  The processes agree before going on, so none enters a collective read that another skips.
+  """
+  try:
+    value, error = read(), None
+  except Exception as e:  # orbax and tensorstore raise many types for unreadable files.
+    value, error = None, _one_line(e)
+  ok = error is None
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils  # Only for multi-process runs.
+    ok = bool(np.all(multihost_utils.process_allgather(np.int32(ok))))
+  return (value, None) if ok else (None, error or 'unreadable on another process')
 
 
 def _try_restore(manager: ocp.CheckpointManager, step: int,
                  abstract: State) -> Tuple[Optional[State], Optional[str]]:
-  """(state, None), or (None, the error) when the step's files cannot be read.
+  """(state, None), or (None, the error) when the step's files cannot be read on some process.
 
   A readable checkpoint of another config is not damage: it raises the usual ValueError.
   """
-  try:
-    saved = manager.item_metadata(step).tree
-  except Exception as e:  # orbax and tensorstore raise many types for unreadable files.
-    return None, _one_line(e)
+  saved, error = _agreed(lambda: manager.item_metadata(step).tree)
+  if error:
+    return None, error
   mismatch = state_mismatch(saved, abstract)
   if mismatch:
     raise ValueError(f'The checkpoint at step {step} in {manager.directory} was written by '
                      f'another config ({mismatch}; a different model, optim or ema_decay?): '
                      'rerun with that config, or start a new --workdir.')
-  try:
-    return manager.restore(step, args=ocp.args.StandardRestore(abstract)), None
-  except Exception as e:
-    return None, _one_line(e)
+  return _agreed(lambda: manager.restore(step, args=ocp.args.StandardRestore(abstract)))
 
 
 def restore_or_init(trainer: Trainer,
@@ -395,11 +399,11 @@ def restore_or_init(trainer: Trainer,
   damaged = []
   for step in steps:
     state, error = _try_restore(manager, step, abstract)
-    if _all_processes(error is None):
+    if error is None:
       logging.info('Resuming from checkpoint at step %d in %s', step, manager.directory)
       return state, tuple(damaged)
     logging.warning('Checkpoint %s/%d cannot be read (%s); left as it is, trying an older one.',
-                    manager.directory, step, error or 'unreadable on another process')
+                    manager.directory, step, error)
     damaged.append(step)
   raise ValueError(f'No checkpoint in {manager.directory} can be read (steps '
                    f'{", ".join(map(str, damaged))}; see the log): start a new --workdir, or '
