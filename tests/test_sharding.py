@@ -128,3 +128,25 @@ def test_checkpoint_written_on_4_devices_resumes_on_2(tmp_path, resumed_as):
   ours, theirs = (checkpoint.flatten(final_params(d)) for d in (workdir, straight))
   for key in theirs:  # Another device count sums in another order: float noise only.
     np.testing.assert_allclose(ours[key], theirs[key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+@pytest.mark.slow
+def test_two_processes_fsdp_checkpoint_and_export(tmp_path):
+  """Sharded over processes: orbax saves each process's shards; the export gathers them."""
+  from test_distributed import CONFIG_FILE, finish, launch, launch_pair, write_image_dataset
+  dataset = write_image_dataset(str(tmp_path / 'data'))
+  config_path = tmp_path / 'config.py'
+  # Width 64: the patch embedding (196 KiB) and MLP kernels (64 KiB) reach FSDP_MIN_BYTES.
+  config_path.write_text(CONFIG_FILE.format(dataset=dataset, steps=4).replace(
+      "  return config.lock()",
+      "  config.param_sharding = 'fsdp'\n"
+      "  config.model.update(dict(hidden_size=64, transformer=dict(mlp_dim=256)))\n"
+      "  return config.lock()"))
+  single_dir, multi_dir = str(tmp_path / 'single'), str(tmp_path / 'multi')
+  outputs = finish(launch_pair(config_path, multi_dir))
+  written = sorted(os.listdir(os.path.join(multi_dir, 'checkpoints')))
+  assert written == ['2', '4'], outputs[0][-2000:]
+  finish([launch(config_path, single_dir, devices=4)])
+  multi = checkpoint.flatten(final_params(multi_dir))
+  for key, value in checkpoint.flatten(final_params(single_dir)).items():
+    np.testing.assert_allclose(multi[key], value, atol=1e-5, err_msg=key)
