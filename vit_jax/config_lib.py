@@ -69,6 +69,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.loss = 'softmax_xent'  # 'softmax_xent' or 'sigmoid_xent'.
   c.label_smoothing = 0.  # Label smoothing for the loss.
   c.ema_decay = 0.  # Per-step weight average (e.g. 0.999) evaluated and exported; 0 = off.
+  c.param_sharding = 'replicated'  # Or 'fsdp': params + optimizer state split over devices.
   c.batch = 512  # Global train batch over all devices and processes.
   c.batch_eval = 512  # Global eval batch.
   c.shuffle_buffer = 50_000  # Examples in the shuffle buffer.

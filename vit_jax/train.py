@@ -10,7 +10,7 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -78,9 +78,15 @@ def accumulate_gradient(loss_fn: Callable, params: Any, images: jax.Array, label
   return jax.tree.map(lambda x: x / accum_steps, (loss, grads))
 
 
-def make_train_step(model: Any, tx: optax.GradientTransformation, config: Any,
-                    mesh: Mesh) -> Callable[[State, Mapping[str, jax.Array]], Tuple[State, Dict]]:
-  """Returns the jitted `train_step(state, batch) -> (state, metrics)` (state donated)."""
+def make_train_step(model: Any, tx: optax.GradientTransformation, config: Any, mesh: Mesh,
+                    shardings: Any = None,
+                    ) -> Callable[[State, Mapping[str, jax.Array]], Tuple[State, Dict]]:
+  """Returns the jitted `train_step(state, batch) -> (state, metrics)` (state donated).
+
+  `shardings` (a tree like the state; default all replicated) is both the input and the output
+  sharding of the state: with sharded params XLA inserts the all-gathers before use and
+  reduce-scatters the gradients, in this same function.
+  """
   loss_kind = config.loss
   smoothing = config.label_smoothing
   ema_decay = config.ema_decay
@@ -103,13 +109,17 @@ def make_train_step(model: Any, tx: optax.GradientTransformation, config: Any,
     return new_state, {'loss': loss, 'grad_norm': optax.tree.norm(grads)}
 
   replicated = parallel.replicated(mesh)
+  shardings = replicated if shardings is None else shardings
   return jax.jit(train_step, donate_argnums=(0,),
-                 in_shardings=(replicated, parallel.data_sharded(mesh)),
-                 out_shardings=(replicated, replicated))
+                 in_shardings=(shardings, parallel.data_sharded(mesh)),
+                 out_shardings=(shardings, replicated))
 
 
-def make_eval_step(model: Any, mesh: Mesh) -> Callable:
-  """Returns jitted `eval_step(params, batch) -> {correct, loss, count}` as masked sums."""
+def make_eval_step(model: Any, mesh: Mesh, params_sharding: Any = None) -> Callable:
+  """Returns jitted `eval_step(params, batch) -> {correct, loss, count}` as masked sums.
+
+  `params_sharding` is the train state's (default replicated): eval reads the params in place.
+  """
 
   def eval_step(params, batch):
     logits = model.apply({'params': params}, batch['image'], train=False)
@@ -120,7 +130,8 @@ def make_eval_step(model: Any, mesh: Mesh) -> Callable:
             'count': jnp.sum(mask)}
 
   replicated = parallel.replicated(mesh)
-  return jax.jit(eval_step, in_shardings=(replicated, parallel.data_sharded(mesh)),
+  params_sharding = replicated if params_sharding is None else params_sharding
+  return jax.jit(eval_step, in_shardings=(params_sharding, parallel.data_sharded(mesh)),
                  out_shardings=replicated)
 
 
@@ -150,6 +161,9 @@ def validate_config(config: Any, mesh: Mesh) -> None:
   accum = config.accum_steps or 1
   parallel.check_batch_size(config.batch, mesh, accum, 'batch')
   parallel.check_batch_size(config.batch_eval, mesh, 1, 'batch_eval')
+  if config.param_sharding not in parallel.PARAM_SHARDINGS:
+    raise ValueError(f'Unknown param_sharding={config.param_sharding!r}; use one of '
+                     f'{", ".join(parallel.PARAM_SHARDINGS)}.')
   if config.loss not in LOSSES:
     raise ValueError(f'Unknown loss={config.loss!r}; use one of {", ".join(LOSSES)}.')
   if not 0. <= config.ema_decay < 1.:
@@ -219,9 +233,11 @@ def build_trainer(config: Any, *, needs_pretrained: bool = True) -> Trainer:
 
 
 def init_state(trainer: Trainer, *, abstract: bool = False) -> State:
-  """Initial train state: pretrained weights if configured, else a fresh init (seeded)."""
-  config, mesh = trainer.config, trainer.mesh
-  replicated = parallel.replicated(mesh)
+  """Initial train state: pretrained weights if configured, else a fresh init (seeded).
+
+  Built directly in its sharding (`state_shardings`): no device ever holds a full sharded copy.
+  """
+  config = trainer.config
   dummy = jnp.zeros((1, config.pp.crop, config.pp.crop, 3), jnp.float32)
   seed_key = jax.random.key(config.seed)
 
@@ -237,23 +253,64 @@ def init_state(trainer: Trainer, *, abstract: bool = False) -> State:
 
   if abstract:
     return jax.eval_shape(lambda: make_state(fresh_params()))
-  params = jax.jit(fresh_params, out_shardings=replicated)()
+  shardings = state_shardings(trainer)
+  params = jax.jit(fresh_params, out_shardings=shardings['params'])()
   path = checkpoint.pretrained_path(config)
   if path:
     logging.info('Fine-tuning from %s', path)
     loaded = checkpoint.load_pretrained(
         pretrained_path=path, init_params=parallel.to_host(params), model_config=config.model,
         grid_shape=trainer.grid_shape, keep_head=config.keep_head)
-    params = parallel.put_replicated(loaded, mesh)
-  return jax.jit(make_state, out_shardings=replicated)(params)
+    params = jax.device_put(loaded, shardings['params'])
+  return jax.jit(make_state, out_shardings=shardings)(params)
 
 
-def make_checkpoint_manager(workdir: str, config: Any) -> ocp.CheckpointManager:
+def state_shardings(trainer: Trainer) -> Any:
+  """The train state's shardings per `config.param_sharding` (a tree like the state)."""
+  return parallel.state_shardings(init_state(trainer, abstract=True), trainer.mesh,
+                                  trainer.config.param_sharding)
+
+
+class _WithoutSteps(ocp.step.NameFormat):
+  """orbax's standard step names, minus steps that could not be read.
+
+  Hidden from the manager, a damaged step neither counts as the latest step (which would make
+  orbax skip every save up to it) nor towards `keep_checkpoints` (which would delete it later).
+  """
+
+  def __init__(self, hidden: Sequence[int]):
+    self._standard, self._hidden = ocp.step.standard_name_format(), frozenset(hidden)
+
+  def build_name(self, step: int) -> str:
+    return self._standard.build_name(step)
+
+  def find_all(self, base_path: Any) -> Iterator[Any]:
+    return (m for m in self._standard.find_all(base_path) if m.step not in self._hidden)
+
+  def find_step(self, base_path: Any, step: int) -> Any:
+    if step in self._hidden:
+      raise ValueError(f'Step {step} in {base_path} is damaged and skipped by this run.')
+    return self._standard.find_step(base_path, step)
+
+
+def make_checkpoint_manager(workdir: str, config: Any,
+                            damaged: Sequence[int] = ()) -> ocp.CheckpointManager:
+  """The orbax manager of `workdir/checkpoints`; `damaged` steps stay on disk, unseen by it."""
   options = ocp.CheckpointManagerOptions(max_to_keep=config.keep_checkpoints,
-                                         create=True)
+                                         create=True, step_name_format=_WithoutSteps(damaged))
   # The handler is named so that `item_metadata` can read a checkpoint's tree before restoring.
   return ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, 'checkpoints')),
                                options=options, item_handlers=ocp.StandardCheckpointHandler())
+
+
+def save_checkpoint(manager: ocp.CheckpointManager, step: int, state: State) -> None:
+  """Saves `state`, except over a damaged checkpoint of the same step (kept; never deleted)."""
+  path = manager.directory / str(step)
+  if path.exists() and step not in manager.all_steps():
+    logging.warning('Not saving step %d: %s holds the damaged checkpoint named at start-up; '
+                    'move it away to let this step be saved.', step, path)
+    return
+  manager.save(step, args=ocp.args.StandardSave(state))
 
 
 def _leaf_shapes(tree: Any) -> Dict[str, Any]:
@@ -276,22 +333,71 @@ def state_mismatch(saved: Any, expected: Any) -> Optional[str]:
   return None
 
 
-def restore_or_init(trainer: Trainer, manager: ocp.CheckpointManager) -> State:
-  """Resume order: the workdir's latest checkpoint > pretrained npz > scratch."""
-  latest = manager.latest_step()
-  if latest is None:
-    return init_state(trainer)
-  replicated = parallel.replicated(trainer.mesh)
-  abstract = jax.tree.map(
-      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated),
-      init_state(trainer, abstract=True))
-  mismatch = state_mismatch(manager.item_metadata(latest).tree, abstract)
+def _one_line(error: BaseException) -> str:
+  lines = str(error).strip().splitlines() or ['']
+  return f'{type(error).__name__}: {lines[0][:300]}'
+
+
+def _agreed(read: Callable[[], Any]) -> Tuple[Any, Optional[str]]:
+  """(read(), None), or (None, why) when it failed here or on another process.
+
+  The processes agree before going on, so none enters a collective read that another skips.
+  """
+  try:
+    value, error = read(), None
+  except Exception as e:  # orbax and tensorstore raise many types for unreadable files.
+    value, error = None, _one_line(e)
+  ok = error is None
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils  # Only for multi-process runs.
+    ok = bool(np.all(multihost_utils.process_allgather(np.int32(ok))))
+  return (value, None) if ok else (None, error or 'unreadable on another process')
+
+
+def _try_restore(manager: ocp.CheckpointManager, step: int,
+                 abstract: State) -> Tuple[Optional[State], Optional[str]]:
+  """(state, None), or (None, the error) when the step's files cannot be read on some process.
+
+  A readable checkpoint of another config is not damage: it raises the usual ValueError.
+  """
+  saved, error = _agreed(lambda: manager.item_metadata(step).tree)
+  if error:
+    return None, error
+  mismatch = state_mismatch(saved, abstract)
   if mismatch:
-    raise ValueError(f'The checkpoint at step {latest} in {manager.directory} was written by '
+    raise ValueError(f'The checkpoint at step {step} in {manager.directory} was written by '
                      f'another config ({mismatch}; a different model, optim or ema_decay?): '
                      'rerun with that config, or start a new --workdir.')
-  logging.info('Resuming from checkpoint at step %d in %s', latest, manager.directory)
-  return manager.restore(latest, args=ocp.args.StandardRestore(abstract))
+  return _agreed(lambda: manager.restore(step, args=ocp.args.StandardRestore(abstract)))
+
+
+def restore_or_init(trainer: Trainer,
+                    manager: ocp.CheckpointManager) -> Tuple[State, Tuple[int, ...]]:
+  """Resume order: the workdir's newest readable checkpoint > pretrained npz > scratch.
+
+  Returns the state and the steps found damaged (newer than the one resumed from). Each is named
+  in one log line and left on disk untouched; reopen the manager without them
+  (`make_checkpoint_manager(..., damaged)`). With several processes a step counts as readable
+  only if every process read it, so all resume from the same step.
+  """
+  steps = sorted(manager.all_steps(), reverse=True)
+  if not steps:
+    return init_state(trainer), ()
+  abstract = jax.tree.map(lambda x, sharding: jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                                                   sharding=sharding),
+                          init_state(trainer, abstract=True), state_shardings(trainer))
+  damaged = []
+  for step in steps:
+    state, error = _try_restore(manager, step, abstract)
+    if error is None:
+      logging.info('Resuming from checkpoint at step %d in %s', step, manager.directory)
+      return state, tuple(damaged)
+    logging.warning('Checkpoint %s/%d cannot be read (%s); left as it is, trying an older one.',
+                    manager.directory, step, error)
+    damaged.append(step)
+  raise ValueError(f'No checkpoint in {manager.directory} can be read (steps '
+                   f'{", ".join(map(str, damaged))}; see the log): start a new --workdir, or '
+                   'move the damaged step directories out of it to start afresh.')
 
 
 class StopSignal:
@@ -405,10 +511,14 @@ def run_eval(trainer: Trainer, eval_step: Callable, state: State, eval_data: Any
 
 def export_params(trainer: Trainer, params: Any, workdir: str, result: Dict[str, Any]) -> None:
   """Process 0 writes the final params as a published-format `workdir/params.npz`, and beside it
-  `metadata.json`: the model, input size and label names a user needs without this config."""
+  `metadata.json`: the model, input size and label names a user needs without this config.
+
+  Every process calls this: sharded params are gathered collectively first.
+  """
+  host = parallel.to_host(params)
   if jax.process_index() != 0:
     return
-  path = checkpoint.save(parallel.to_host(params), os.path.join(workdir, 'params.npz'))
+  path = checkpoint.save(host, os.path.join(workdir, 'params.npz'))
   config = trainer.config
   checkpoint.write_metadata(
       workdir, model_config=config.model, image_size=config.pp.crop,
@@ -425,7 +535,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   """
   manager = make_checkpoint_manager(workdir, config)
   trainer = build_trainer(config, needs_pretrained=manager.latest_step() is None)
-  state = restore_or_init(trainer, manager)
+  state, damaged = restore_or_init(trainer, manager)
+  if damaged:  # Reopened without them: see _WithoutSteps.
+    manager.close()
+    manager = make_checkpoint_manager(workdir, config, damaged)
   start = int(parallel.to_host(state['step']))
   logging.info('Model %s, %d classes, %d steps of batch %d; starting at step %d.',
                config.model.get('model_name'), trainer.info.num_classes, trainer.total_steps,
@@ -434,7 +547,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   progress = ProgressLog(writer, trainer.total_steps, start, config.batch,
                          os.path.join(workdir, 'metrics.jsonl'))
   eval_data = input_pipeline.get_eval_data(config)
-  eval_step = make_eval_step(trainer.model, trainer.mesh)
+  eval_step = make_eval_step(trainer.model, trainer.mesh, state_shardings(trainer)['params'])
   try:
     return _train_loop(trainer, state, start, manager, progress, eval_step, eval_data, workdir)
   finally:
@@ -447,7 +560,8 @@ def _train_loop(trainer: Trainer, state: State, start: int, manager: ocp.Checkpo
                 progress: ProgressLog, eval_step: Callable, eval_data: Any,
                 workdir: str) -> Dict[str, Any]:
   config, total = trainer.config, trainer.total_steps
-  train_step = make_train_step(trainer.model, trainer.tx, config, trainer.mesh)
+  train_step = make_train_step(trainer.model, trainer.tx, config, trainer.mesh,
+                               state_shardings(trainer))
   batches = device_prefetch(input_pipeline.get_train_data(config, start_batch=start),
                             trainer.mesh, config.prefetch)
   stop = StopSignal()
@@ -471,7 +585,7 @@ def _train_loop(trainer: Trainer, state: State, start: int, manager: ocp.Checkpo
       if _is_due(step, config.eval_every, total):
         result = run_eval(trainer, eval_step, state, eval_data, progress, step)
       if save_due:
-        manager.save(step, args=ocp.args.StandardSave(state))
+        save_checkpoint(manager, step, state)
       if stopping:
         manager.wait_until_finished()
         logging.warning('Stopped at step %d after SIGTERM; rerun the same command to resume.',

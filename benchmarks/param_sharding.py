@@ -1,0 +1,75 @@
+r"""Memory per device and train-step time: param_sharding='replicated' against 'fsdp'.
+
+Usage:
+  python benchmarks/param_sharding.py [--model=ViT-Ti_16] [--image=96] [--batch=32] [--steps=5]
+One process with 4 forced CPU devices (--devices), adamw in float32, the same `make_train_step`
+as training. Forced CPU devices share the machine's cores and memory and have no interconnect:
+the timings show that the sharded step runs and what its collectives cost on CPU, not what they
+cost on GPUs/TPUs.
+"""
+
+import argparse
+import json
+import time
+
+
+def measure(mode: str, args) -> dict:
+  """State bytes on device 0, the compiled step's per-device buffers, and the median step time."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from vit_jax import config_lib, models, optim, parallel, train
+  config = config_lib.with_model(config_lib.get_config(), args.model)
+  config.update(dict(accum_steps=1, optim='adamw', optim_dtype='float32', param_sharding=mode))
+  mesh = parallel.make_mesh()
+  model = models.get_model(config.model, num_classes=1000)
+  tx = optim.make_optimizer(config, optim.learning_rate_schedule(
+      total_steps=100, base_lr=1e-3, decay_type='cosine', warmup_steps=1))
+
+  def make_state():
+    params = model.init(jax.random.key(0), jnp.zeros((1, args.image, args.image, 3)),
+                        train=False)['params']
+    return {'params': params, 'opt_state': tx.init(params), 'step': jnp.zeros((), jnp.int32),
+            'rng': jax.random.key_data(jax.random.key(0))}
+
+  shardings = parallel.state_shardings(jax.eval_shape(make_state), mesh, mode)
+  state = jax.jit(make_state, out_shardings=shardings)()
+  leaves = jax.tree.leaves((state['params'], state['opt_state']))
+  device0 = sum(x.addressable_shards[0].data.nbytes for x in leaves)  # Before donation.
+  data = parallel.put_batch({
+      'image': np.zeros((args.batch, args.image, args.image, 3), np.float32),
+      'label': np.eye(1000, dtype=np.float32)[np.zeros(args.batch, int)]}, mesh)
+  step = train.make_train_step(model, tx, config, mesh, shardings)
+  memory = step.lower(state, data).compile().memory_analysis()
+  state, metrics = step(state, data)
+  jax.block_until_ready(metrics)
+  times = []
+  for _ in range(args.steps):
+    start = time.perf_counter()
+    state, metrics = step(state, data)
+    jax.block_until_ready(metrics)
+    times.append(time.perf_counter() - start)
+  return {'mode': mode, 'devices': jax.device_count(),
+          'state_MiB_device0': device0 / 2**20,
+          'state_MiB_total': sum(x.size * x.dtype.itemsize for x in leaves) / 2**20,
+          'step_temp_MiB': getattr(memory, 'temp_size_in_bytes', 0) / 2**20,
+          'step_s': float(np.median(times)), 'loss': float(metrics['loss'])}
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--model', default='ViT-Ti_16')
+  parser.add_argument('--image', type=int, default=96)
+  parser.add_argument('--batch', type=int, default=32)
+  parser.add_argument('--steps', type=int, default=5)
+  parser.add_argument('--devices', type=int, default=4)
+  args = parser.parse_args()
+  import jax  # After parsing: the device count must be set before the backend starts.
+  jax.config.update('jax_platforms', 'cpu')
+  jax.config.update('jax_num_cpu_devices', args.devices)
+  for mode in ('replicated', 'fsdp'):
+    print(json.dumps(measure(mode, args)))
+
+
+if __name__ == '__main__':
+  main()
