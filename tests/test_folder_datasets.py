@@ -151,3 +151,18 @@ def test_unreadable_eval_file_is_masked_out(tmp_path):
   eval_data = input_pipeline.get_eval_data(make_config(root))
   batches = list(eval_data.batches())
   assert eval_data.num_examples == 12 and sum(b['mask'].sum() for b in batches) == 11
+
+
+def test_killed_run_on_a_folder_resumes_to_identical_params(tmp_path):
+  """The kill-and-resume test of test_train on the index-addressed stream (a folder)."""
+  import test_train  # noqa: PLC0415  # Its config and crash helper; a test module.
+  from vit_jax import train  # noqa: PLC0415
+  root = write_folder(tmp_path / 'data', per_class=(6, 5, 5))
+  config = test_train.make_config(dataset=root, total_steps=6, checkpoint_every=2, eval_every=0)
+  train.train_and_evaluate(config, str(tmp_path / 'straight'))
+  workdir = str(tmp_path / 'killed')
+  with test_train.crash_at(6), pytest.raises(KeyboardInterrupt):
+    train.train_and_evaluate(config, workdir)
+  assert train.train_and_evaluate(config, workdir)['step'] == 6  # Continues at step 4.
+  test_train.assert_trees_close(test_train.final_params(workdir),
+                                test_train.final_params(str(tmp_path / 'straight')), atol=0)
