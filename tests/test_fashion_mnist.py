@@ -67,7 +67,8 @@ def test_prepare_matches_tfds_fashion_mnist(idx_dir, tmp_path):
   assert builder.info.features['label'].names == NAMES
   assert {s: builder.info.splits[s].num_examples for s in ('train', 'test')} == dict(
       train=20, test=10)
-  examples = list(tfds.as_numpy(tfds.load('fashion_mnist', split='train', data_dir=data_dir)))
+  assert builder.info.file_format == tfds.core.FileFormat.ARRAY_RECORD  # Random access.
+  examples = list(tfds.data_source('fashion_mnist', split='train', data_dir=data_dir))
   assert len(examples) == 20
   assert examples[0]['image'].dtype == np.uint8 and examples[0]['image'].shape == (28, 28, 1)
   by_index = sorted((int(e['image'][0, 0, 0]), int(e['label'])) for e in examples)
@@ -120,3 +121,19 @@ def test_reads_debian_files():
   assert labels.shape == (10_000,) and set(np.unique(labels)) == set(range(10))
   # The first test records of the official release: Ankle boot, Pullover, Trouser, Trouser.
   np.testing.assert_array_equal(labels[:4], [9, 2, 1, 1])
+
+
+def test_array_record_stream_is_indexed_and_resumes_exactly(idx_dir, tmp_path):
+  """Prepared as ArrayRecord: every record once per epoch, and resume equals the full run."""
+  fashion_mnist.prepare(str(tmp_path / 'tfds'), idx_dir)
+  config = config_lib.get_config()
+  config.update(dict(dataset='fashion_mnist', tfds_data_dir=str(tmp_path / 'tfds'), batch=4,
+                     batch_eval=4, shuffle_buffer=20, prefetch=1,
+                     pp=dict(train='train', test='test', crop=28, train_aug='none')))
+  it = input_pipeline.get_train_data(config)
+  stream = [next(it) for _ in range(7)]
+  first_pixels = np.concatenate([b['image'][:, 0, 0, 0] for b in stream[:5]])  # One epoch.
+  assert sorted(np.round((first_pixels + 1) * 127.5).astype(int)) == list(range(20))
+  resumed = input_pipeline.get_train_data(config, start_batch=5)
+  for expected in stream[5:]:
+    np.testing.assert_array_equal(next(resumed)['image'], expected['image'])

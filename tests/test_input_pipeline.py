@@ -148,14 +148,15 @@ def test_directory_dataset(tmp_path, caplog):
   write_image_folder(str(tmp_path))
   config = make_config(dataset=str(tmp_path), batch=2, batch_eval=4)
   config.pp.randaug.num_layers = 2
-  with caplog.at_level('WARNING'):
-    info = input_pipeline.get_dataset_info(config)
-  assert 'Skipped 1 of 10 image files' in caplog.text
+  info = input_pipeline.get_dataset_info(config)  # Lists files; opens none.
   assert info.class_names == ('class0', 'class1', 'class2')
-  assert (info.num_train_examples, info.num_test_examples) == (9, 6)
-  batch = next(input_pipeline.get_train_data(config))
-  assert batch['image'].shape == (2, 16, 16, 3) and batch['label'].shape == (2, 3)
-  assert -1. <= batch['image'].min() and batch['image'].max() <= 1.
+  assert (info.num_train_examples, info.num_test_examples) == (10, 6)
+  with caplog.at_level('WARNING'):
+    epoch = take(input_pipeline.get_train_data(config), 5)  # 10 positions: every file once.
+  assert 'Skipped 1 unreadable image file(s)' in caplog.text and 'corrupt.jpg' in caplog.text
+  for batch in epoch:
+    assert batch['image'].shape == (2, 16, 16, 3) and batch['label'].shape == (2, 3)
+    assert -1. <= batch['image'].min() and batch['image'].max() <= 1.
   batches = list(input_pipeline.get_eval_data(config).batches())
   assert len(batches) == 2 and sum(b['mask'].sum() for b in batches) == 6
   labels = np.concatenate([b['label'][b['mask'] > 0].argmax(-1) for b in batches])
@@ -215,8 +216,9 @@ def test_bad_directory_layout(tmp_path):
     input_pipeline.get_dataset_info(make_config(dataset=str(tmp_path)))
   (tmp_path / 'train' / 'cat').mkdir(parents=True)
   Image.new('RGB', (4, 4)).save(tmp_path / 'train' / 'cat' / 'a.png')
-  with pytest.raises(ValueError, match='Missing .*test'):
-    input_pipeline.get_dataset_info(make_config(dataset=str(tmp_path)))
+  with pytest.raises(ValueError, match='Missing .*holdout'):
+    input_pipeline.get_dataset_info(make_config(
+        dataset=str(tmp_path), pp=dict(train='train', test='holdout', crop=16)))
   (tmp_path / 'test' / 'dog').mkdir(parents=True)
   with pytest.raises(ValueError, match=r"class folders \['dog'\] that train/ lacks"):
     input_pipeline.get_dataset_info(make_config(dataset=str(tmp_path)))

@@ -9,8 +9,9 @@ Debian's `dataset-fashion-mnist` package ships the original idx files under
 `/usr/share/datasets/fashion-mnist/`, re-gzipped, so their checksums differ from the ones TFDS
 registers and TFDS's own download manager would reject them as a manual download. Instead, a
 builder that subclasses TFDS's `FashionMNIST` (same name, version, features and splits) reads
-the idx files directly and writes the usual TFDS files into the data dir. Afterwards a plain
-`tfds.load('fashion_mnist', data_dir=...)` works, with or without this module.
+the idx files directly and writes the usual TFDS files (ArrayRecord, for random access) into
+the data dir. Afterwards `tfds.data_source('fashion_mnist', data_dir=...)` works, with or
+without this module.
 """
 
 import gzip
@@ -165,7 +166,9 @@ def prepare(data_dir: Optional[str] = None, source_dir: Optional[str] = None) ->
     ValueError: When no folder has the files, or they are not Fashion-MNIST.
   """
   source_dir = find_source_dir(source_dir)
-  builder = LocalFashionMNIST(source_dir=source_dir, data_dir=data_dir)
+  # ArrayRecord gives the input pipeline random access (constant-time resume).
+  builder = LocalFashionMNIST(source_dir=source_dir, data_dir=data_dir,
+                              file_format='array_record')
   if builder.is_prepared():
     return
   logging.info('Preparing TFDS fashion_mnist in %s from %s', builder.data_dir, source_dir)

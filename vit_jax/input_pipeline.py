@@ -1,41 +1,63 @@
 """Input pipelines: a TFDS dataset or a folder of images → numpy batches for this process.
 
-Train data is an infinite stream that is deterministic given `config.seed` and exactly
-resumable: every random choice (crop, flip, RandAugment, random erasing, mixup) comes from
-stateless ops seeded by the example's position in the shuffled stream (or the batch's index),
-and `start_batch` skips still-encoded examples before anything is decoded. Eval data covers its
-split exactly once: the last batch is padded and carries a `mask`, and every process yields the
-same number of batches so collective eval steps never wait on a process that has run out.
+Train data is an infinite stream that is a function of `config.seed` and the position in it,
+so a run resumes exactly: every random choice (crop, flip, RandAugment, random erasing, mixup)
+comes from stateless ops seeded by the example's position (or the batch's index). Sources with
+random access (image folders, TFDS datasets prepared as ArrayRecord) address records by index:
+position p reads record `index_shuffle(p % N)` of epoch p // N's permutation, so resuming at any
+step costs the same and, with data_sharding='stream', each process reads only its slice of each
+global batch. TFDS datasets prepared as TFRecord have no random access: their stream is the
+official shuffle-buffer stream, and resuming skips (reads) every earlier example; re-prepare them
+with file_format='array_record' (see docs/input_pipeline.md). Eval data covers its split exactly
+once: the last batch is padded and carries a `mask`, and every process yields the same number of
+batches so collective eval steps never wait on a process that has run out.
+
+Image folders: `<root>/train/<class>/*.jpg|png` plus `test/`, `val/` or `validation/`. Split
+strings use TFDS syntax (`train[:98%]`, `train[98%:]`, `train[:1000]`, `test`) on a fixed file
+order that interleaves the classes evenly (file j of n in a class sorts at (j + 0.5) / n, files
+within a class by name), so every % slice holds each class in proportion and `train[:98%]` and
+`train[98%:]` partition train/. `test`, `val` and `validation` name the same folder when only one
+of them exists; with train/ alone they are `train[98%:]` (keep it out of config.pp.train, as
+the presets' `train[:98%]` does). Listing only reads directories; a file that is not a complete
+JPEG/PNG is found when read, logged (how many, and its name) and replaced by the next record
+of the stream (train) or masked out (eval).
 
 Images are decoded to 3 channels (grayscale repeated, alpha dropped) and scaled to [-1, 1].
 """
 
-import concurrent.futures
 import dataclasses
 import functools
 import math
 import os
 import socket
+import threading
+import types
 import urllib.parse
-from typing import Any, Callable, Dict, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import jax
 import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 from absl import logging
-from PIL import Image
-
 from vit_jax import fashion_mnist
 from vit_jax import randaugment
 
 Batch = Dict[str, np.ndarray]
 
 TRAIN_AUGS = ('inception', 'pad_flip', 'flip', 'none')
-# Files a directory dataset is made of; each is opened once with Pillow and skipped (counted)
-# unless it really is a JPEG or PNG, the formats `tf.io.decode_image` reads here.
+# Files a directory dataset is made of (by name; their content is checked when read).
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png')
-_READABLE_FORMATS = ('JPEG', 'PNG')
+# Folder names a split name may be read from, in order of preference.
+SPLIT_FOLDERS = {'test': ('test', 'val', 'validation'),
+                 'validation': ('validation', 'val', 'test'),
+                 'val': ('val', 'validation', 'test')}
+# What `test` / `validation` mean for a folder with train/ only.
+HELD_OUT_SPLIT = 'train[98%:]'
+# A train record that cannot be read is replaced by the next position's; this many in a row fail.
+_MAX_UNREADABLE_IN_A_ROW = 16
+_PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
+_RECORDS_PER_READ = 256  # Records fetched together for a sequential (eval) pass.
 # Offline, TFDS retries a failed download for ~3.5 minutes; a 3 s connect probe fails first.
 _PROBE_TIMEOUT_S = 3.0
 _SKIP_DECODING = {'image': tfds.decode.SkipDecoding()}
@@ -77,11 +99,17 @@ class EvalData:
 
 @dataclasses.dataclass(frozen=True)
 class _Split:
-  """This process's share of one split, with images still encoded (or still file paths)."""
+  """This process's share of one split, with images still encoded (or still file paths).
+
+  With `fetch` the share has random access: record ids 0..num_examples-1 → examples.
+  """
   make: Callable[[], tf.data.Dataset]  # Elements {'image': tf.string, 'label': tf.int64}.
   read: Callable[[tf.Tensor], tf.Tensor]  # The 'image' string → encoded image bytes.
   shares: Tuple[int, ...]  # Examples of each share; this process reads shares[index].
   index: int = 0
+  # Record ids [k] → {'image': [k] strings, 'label': [k]}; None: sequential reading only.
+  fetch: Optional[Callable[[tf.Tensor], Dict[str, tf.Tensor]]] = None
+  checked: bool = False  # Whether read bytes may be broken files (checked, skipped, counted).
 
   @property
   def num_examples(self) -> int:
@@ -109,8 +137,8 @@ def get_train_data(config: Any, *, start_batch: int = 0) -> Iterator[Batch]:
   """Infinite train batches of this process: {'image': [b, crop, crop, 3], 'label': one-hot}.
 
   Args:
-    config: Reads dataset, tfds_data_dir, tfds_manual_dir, pp.train, pp.crop, pp.train_aug,
-      pp.randaug, mixup, batch, shuffle_buffer, seed and prefetch.
+    config: Reads dataset, tfds_data_dir, tfds_manual_dir, data_sharding, pp.train, pp.crop,
+      pp.train_aug, pp.randaug, mixup, batch, shuffle_buffer, seed and prefetch.
     start_batch: Batches to skip; the stream then equals the one from 0 minus its first
       `start_batch` batches (used on resume, with the number of steps done).
 
@@ -126,23 +154,13 @@ def get_train_data(config: Any, *, start_batch: int = 0) -> Iterator[Batch]:
   if split.num_examples == 0:
     raise ValueError(f'Train split {config.pp.train!r} has no examples here; '
                      'check config.pp.train.')
-  augment = _make_train_preprocess(config, split.read, len(source.class_names))
+  augment = _make_train_preprocess(config, len(source.class_names))
   base_seed = _process_seed(config, shared=stream)
   example_seed = tf.random.experimental.stateless_fold_in(base_seed, 0)
-  buffer = max(1, min(int(config.shuffle_buffer), split.num_examples))
-  # Repeat before shuffle (as the official pipeline): one shuffle spans epoch boundaries, so
-  # the whole stream is a function of the seed and the position in it.
-  ds = split.make().repeat().shuffle(buffer, seed=int(config.seed))
-  if stream:
-    # Every process walks the same shuffled stream and keeps its slice of each global batch:
-    # the global batches, and so training, do not depend on the number of processes.
-    count, index = jax.process_count(), jax.process_index()
-    ds = ds.enumerate().skip(start_batch * local_batch * count)
-    ds = ds.filter(lambda position, _: (position // local_batch) % count == index)
-  else:
-    ds = ds.enumerate().skip(start_batch * local_batch)
-  ds = ds.map(lambda index, example: augment(
-      example, tf.random.experimental.stateless_fold_in(example_seed, index)),
+  make_stream = _indexed_stream if split.fetch else _skipping_stream
+  ds = make_stream(config, split, start_batch * local_batch, local_batch, stream)
+  ds = ds.map(lambda position, example: augment(
+      example, tf.random.experimental.stateless_fold_in(example_seed, position)),
               num_parallel_calls=tf.data.AUTOTUNE)
   ds = ds.batch(local_batch, drop_remainder=True)
   alpha = float(config.mixup)
@@ -156,6 +174,82 @@ def get_train_data(config: Any, *, start_batch: int = 0) -> Iterator[Batch]:
   return iter(tfds.as_numpy(ds))
 
 
+def _indexed_stream(config: Any, split: _Split, start: int, local_batch: int,
+                    stream: bool) -> tf.data.Dataset:
+  """(position, example with encoded image) from this process's example number `start` on.
+
+  Position p is record `index_shuffle(p % N)` of epoch p // N's permutation (every record once
+  per epoch), so starting anywhere costs the same. In the 'stream' sharding positions are
+  global and each process computes those of its own slice of every global batch.
+  """
+  count, index = (jax.process_count(), jax.process_index()) if stream else (1, 0)
+  size = split.num_examples
+  order_seed = tf.constant([int(config.seed), 2], tf.int64)
+
+  def position(k):  # This process's k-th example → its position in the stream.
+    return (k // local_batch) * (local_batch * count) + index * local_batch + k % local_batch
+
+  def record(p):
+    epoch_seed = tf.random.experimental.stateless_fold_in(order_seed, p // size)
+    return tf.random.experimental.index_shuffle(p % size, epoch_seed, tf.constant(size - 1,
+                                                                                  tf.int64))
+
+  ds = tf.data.Dataset.range(start, np.iinfo(np.int64).max).map(position)
+  ds = ds.map(lambda p: (p, record(p))).batch(local_batch)
+  ds = ds.map(lambda p, ids: (p, split.fetch(ids)), num_parallel_calls=tf.data.AUTOTUNE)
+  ds = ds.unbatch()
+  return ds.map(lambda p, example: (p, _read_train_example(split, example, p, record)),
+                num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _read_train_example(split: _Split, example: Dict[str, tf.Tensor], position: tf.Tensor,
+                        record: Callable[[tf.Tensor], tf.Tensor]) -> Dict[str, tf.Tensor]:
+  """The example with its image bytes; a broken file is replaced by the next position's record.
+
+  The replacement depends only on the position, so the stream stays exactly resumable.
+  """
+  data = split.read(example['image'])
+  if not split.checked:
+    return {'image': data, 'label': example['label']}
+
+  def next_record(tries, data, label, ok):
+    del data, label, ok
+    replacement = split.fetch(record(position + tries)[None])
+    data = split.read(replacement['image'][0])
+    return tries + 1, data, replacement['label'][0], _readable(data, replacement['image'][0])
+
+  tries, data, label, ok = tf.while_loop(
+      lambda tries, data, label, ok: tf.logical_and(tf.logical_not(ok),
+                                                    tries < _MAX_UNREADABLE_IN_A_ROW),
+      next_record, (tf.constant(1, tf.int64), data, example['label'],
+                    _readable(data, example['image'])))
+  del tries
+  tf.debugging.assert_equal(ok, True, message=f'{_MAX_UNREADABLE_IN_A_ROW} unreadable image '
+                            'files in a row (see the warnings above); fix the dataset.')
+  return {'image': data, 'label': label}
+
+
+def _skipping_stream(config: Any, split: _Split, start: int, local_batch: int,
+                     stream: bool) -> tf.data.Dataset:
+  """The official shuffle-buffer stream for sources without random access; skips to `start`.
+
+  Repeat before shuffle (as the official pipeline): one shuffle spans epoch boundaries, so the
+  stream is a function of the seed and the position. Resuming reads every skipped example.
+  """
+  buffer = max(1, min(int(config.shuffle_buffer), split.num_examples))
+  ds = split.make().repeat().shuffle(buffer, seed=int(config.seed)).enumerate()
+  if stream:
+    # Every process walks the same shuffled stream and keeps its slice of each global batch:
+    # the global batches, and so training, do not depend on the number of processes.
+    count, index = jax.process_count(), jax.process_index()
+    ds = ds.skip(start * count)
+    ds = ds.filter(lambda position, _: (position // local_batch) % count == index)
+  else:
+    ds = ds.skip(start)
+  return ds.map(lambda position, example: (position, {'image': split.read(example['image']),
+                                                      'label': example['label']}))
+
+
 def get_eval_data(config: Any) -> EvalData:
   """All of `config.pp.test`, resized to `pp.crop`, split over processes, padded and masked."""
   source = _open(config)
@@ -167,9 +261,14 @@ def get_eval_data(config: Any) -> EvalData:
   crop, num_classes = _crop(config), len(source.class_names)
 
   def preprocess(example):
-    image = _resize(_decode(split.read(example['image'])), crop)
+    data = split.read(example['image'])
+    if split.checked:  # A broken file becomes a masked-out blank, so batch counts stay equal.
+      ok = _readable(data, example['image'])
+      image = tf.cond(ok, lambda: _resize(_decode(data), crop), lambda: tf.zeros([crop, crop, 3]))
+    else:
+      ok, image = tf.constant(True), _resize(_decode(data), crop)
     return {'image': _normalize(image), 'label': tf.one_hot(example['label'], num_classes),
-            'mask': tf.constant(1., tf.float32)}
+            'mask': tf.cast(ok, tf.float32)}
 
   padding = {'image': tf.zeros([crop, crop, 3]), 'label': tf.zeros([num_classes]),
              'mask': tf.constant(0., tf.float32)}
@@ -248,16 +347,62 @@ def _tfds_source(config: Any) -> _Source:
       or not isinstance(features['label'], tfds.features.ClassLabel)):
     raise ValueError(f'TFDS dataset {config.dataset!r} has no image + class label features; '
                      'use an image classification dataset.')
+  indexed = builder.info.file_format == tfds.core.FileFormat.ARRAY_RECORD
+  if not indexed:
+    _warn_once(f'TFDS dataset {builder.name} in {builder.data_dir} is prepared as '
+               f'{builder.info.file_format.value}, which has no random access: resuming at step '
+               's re-reads s batches. Re-prepare it with file_format="array_record" for resume '
+               'in constant time (see docs/input_pipeline.md).')
 
   def split(name: str, per_process: bool = True) -> _Split:
     specs = _tfds_process_splits(name) if per_process else [name]
     index = jax.process_index() if per_process else 0
+    if indexed:
+      sources = [_tfds_data_source(builder, s, name) for s in specs]
+      return _indexed_split(_tfds_fetch(sources[index]), lambda image: image,
+                            tuple(len(s) for s in sources), index)
     return _Split(
         make=lambda: _tfds_dataset(builder, specs[index], name),
         read=lambda image: image,
         shares=tuple(_count(_tfds_dataset(builder, s, name)) for s in specs), index=index)
 
   return _Source(class_names=tuple(features['label'].names), split=split)
+
+
+def _indexed_split(fetch: Callable[[tf.Tensor], Dict[str, tf.Tensor]],
+                   read: Callable[[tf.Tensor], tf.Tensor], shares: Tuple[int, ...], index: int,
+                   checked: bool = False) -> _Split:
+  """A random-access share; its sequential pass fetches records in order, a block at a time."""
+  def make():
+    ids = tf.data.Dataset.range(shares[index]).batch(_RECORDS_PER_READ)
+    return ids.map(fetch, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+
+  return _Split(make=make, read=read, shares=shares, index=index, fetch=fetch, checked=checked)
+
+
+def _tfds_data_source(builder: tfds.core.DatasetBuilder, split: Any, name: str) -> Any:
+  try:
+    return builder.as_data_source(split=split, decoders=_SKIP_DECODING)
+  except (KeyError, ValueError, AssertionError) as e:
+    splits = ', '.join(builder.info.splits) or 'see the TFDS catalog'
+    raise ValueError(f'Cannot read split {name!r} of {builder.name} ({splits}): '
+                     f'{str(e).splitlines()[0]}; fix config.pp.train / config.pp.test.') from e
+
+
+def _tfds_fetch(source: Any) -> Callable[[tf.Tensor], Dict[str, tf.Tensor]]:
+  """Record ids → examples of a TFDS data source (ArrayRecord reads, outside the GIL's way)."""
+  def read(ids: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    records = source.__getitems__([int(i) for i in ids])
+    return (np.array([r['image'] for r in records], dtype=object),
+            np.array([r['label'] for r in records], dtype=np.int64))
+
+  def fetch(ids: tf.Tensor) -> Dict[str, tf.Tensor]:
+    images, labels = tf.numpy_function(read, [ids], (tf.string, tf.int64), stateful=False)
+    images.set_shape(ids.shape)
+    labels.set_shape(ids.shape)
+    return {'image': images, 'label': labels}
+
+  return fetch
 
 
 def _tfds_process_splits(name: str) -> List[Any]:
@@ -305,12 +450,14 @@ def _prepared_builder(config: Any) -> tfds.core.DatasetBuilder:
     fashion_mnist.prepare(data_dir, config.fashion_mnist_dir)
     return tfds.builder(name, data_dir=data_dir)
   manual_dir = config.tfds_manual_dir
-  if builder.MANUAL_DOWNLOAD_INSTRUCTIONS and not manual_dir:
+  if builder.MANUAL_DOWNLOAD_INSTRUCTIONS and not manual_dir and not _download_is_mocked():
     raise ValueError(f'TFDS dataset {name!r} needs a manual download: set '
                      'config.tfds_manual_dir to the folder with its files (see the TFDS catalog), '
                      'or config.tfds_data_dir to where it is already prepared.')
   if not manual_dir and not _download_is_mocked() and not _download_hosts_reachable(builder):
     raise _not_prepared(config, builder, 'its download servers are unreachable')
+  if not _download_is_mocked():  # Prepared as ArrayRecord, it has random access.
+    builder = tfds.builder(name, data_dir=data_dir, file_format='array_record')
   try:
     builder.download_and_prepare(
         download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
@@ -367,74 +514,135 @@ def _can_connect(host: str, port: int) -> bool:
 
 def _directory_source(root: str) -> _Source:
   train_dir = os.path.join(root, 'train')
-  classes = tuple(sorted(
-      d for d in (os.listdir(train_dir) if os.path.isdir(train_dir) else ())
-      if os.path.isdir(os.path.join(train_dir, d))))
+  classes = tuple(sorted(_subdirs(train_dir))) if os.path.isdir(train_dir) else ()
   if not classes:
     raise ValueError(f'{root} is not an image dataset: expected {root}/train/<class>/*.jpg '
                      f'(or .jpeg/.png) and {root}/test/<class>/*.jpg, one folder per class.')
 
   def split(name: str, per_process: bool = True) -> _Split:
-    paths, labels = _list_images(os.path.join(root, name), classes)
+    paths, labels = _folder_split(root, classes, name)
     index, count = (jax.process_index(), jax.process_count()) if per_process else (0, 1)
-    # Strided shares keep every class on every process (files are listed class by class).
-    return _Split(
-        make=lambda: tf.data.Dataset.from_tensor_slices(
-            {'image': list(paths[index::count]), 'label': np.array(labels[index::count],
-                                                                    np.int64)}),
-        read=tf.io.read_file,
-        shares=tuple(len(paths[i::count]) for i in range(count)), index=index)
+    # Strided shares keep every class on every process (the file order interleaves classes).
+    share_paths = tf.constant(paths[index::count])
+    share_labels = tf.constant(labels[index::count])
+
+    def fetch(ids: tf.Tensor) -> Dict[str, tf.Tensor]:
+      return {'image': tf.gather(share_paths, ids), 'label': tf.gather(share_labels, ids)}
+
+    return _indexed_split(fetch, tf.io.read_file, tuple(len(paths[i::count]) for i in range(count)),
+                          index, checked=True)
 
   return _Source(class_names=classes, split=split)
 
 
-@functools.cache
-def _list_images(split_dir: str, classes: Tuple[str, ...]) -> Tuple[Tuple[str, ...],
-                                                                     Tuple[int, ...]]:
-  """Readable image files under split_dir/<class>/ and their labels; unreadable ones logged.
+def _folder_split(root: str, classes: Tuple[str, ...],
+                  spec: str) -> Tuple[np.ndarray, np.ndarray]:
+  """(paths, labels) of a TFDS-style split string over the folders of `root`."""
+  names = [part.split('[')[0].strip() for part in spec.split('+')]
+  bases = {name: _folder_base_split(root, classes, name) for name in names}
+  sizes = {name: types.SimpleNamespace(num_examples=len(paths))
+           for name, (paths, _) in bases.items()}
+  try:
+    instructions = tfds.core.ReadInstruction.from_spec(spec).to_absolute(sizes)
+  except (ValueError, AssertionError) as e:
+    raise ValueError(f'Cannot read split {spec!r} of {root}: {str(e).splitlines()[0]}; fix '
+                     'config.pp.train / config.pp.test (TFDS syntax, e.g. train[:98%]).') from None
+  parts = [tuple(a[i.from_:i.to] for a in bases[i.splitname]) for i in instructions]
+  return np.concatenate([p for p, _ in parts]), np.concatenate([label for _, label in parts])
 
-  Cached, so each file is opened once per process however often the split is used.
+
+def _folder_base_split(root: str, classes: Tuple[str, ...],
+                       name: str) -> Tuple[np.ndarray, np.ndarray]:
+  """A whole split by name: its folder, an alias folder (test/val/validation) or held-out train."""
+  for folder in SPLIT_FOLDERS.get(name, (name,)):
+    if os.path.isdir(os.path.join(root, folder)):
+      if folder != name:
+        _log_once(f'{root} has no {name}/ folder: split {name!r} reads {folder}/.')
+      return _list_images(os.path.join(root, folder), classes)
+  if name in SPLIT_FOLDERS:
+    _warn_once(f'{root} has only train/: split {name!r} is {HELD_OUT_SPLIT} (the last 2% of '
+               'train/ in its fixed order); keep it out of config.pp.train, e.g. train[:98%].')
+    return _folder_split(root, classes, HELD_OUT_SPLIT)
+  raise ValueError(f'Missing {os.path.join(root, name)}: a directory dataset needs '
+                   '<root>/train/<class>/*.jpg (and test/, val/ or validation/ for evaluation); '
+                   'fix config.pp.train / config.pp.test.')
+
+
+@functools.cache
+def _list_images(split_dir: str, classes: Tuple[str, ...]) -> Tuple[np.ndarray, np.ndarray]:
+  """Image files under split_dir/<class>/ and their labels, classes interleaved evenly.
+
+  File j of a class with n files sorts at (j + 0.5) / n (ties by class), files within a class
+  by name: any prefix or suffix holds every class in proportion. Only directories are read
+  (no file is opened), so a million files list in seconds; cached per process.
   """
-  if '[' in split_dir:
-    raise ValueError(f'Split slicing ({os.path.basename(split_dir)!r}) works for TFDS only; for '
-                     'a directory set config.pp.train / config.pp.test to a subfolder name.')
-  if not os.path.isdir(split_dir):
-    raise ValueError(f'Missing {split_dir}: a directory dataset needs <root>/train/<class>/*.jpg '
-                     'and <root>/test/<class>/*.jpg (or set config.pp.test to its folder).')
   unknown = sorted(set(_subdirs(split_dir)) - set(classes))
   if unknown:
     raise ValueError(f'{split_dir} has class folders {unknown} that train/ lacks; every class '
                      'needs a folder in train/.')
-  candidates = [(os.path.join(split_dir, c, f), label)
-                for label, c in enumerate(classes) if os.path.isdir(os.path.join(split_dir, c))
-                for f in sorted(os.listdir(os.path.join(split_dir, c)))
-                if f.lower().endswith(IMAGE_EXTENSIONS)]
-  with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-    readable = list(pool.map(_is_readable_image, [path for path, _ in candidates]))
-  kept = [pair for pair, ok in zip(candidates, readable) if ok]
-  skipped = [path for (path, _), ok in zip(candidates, readable) if not ok]
-  if skipped:
-    logging.warning('Skipped %d of %d image files in %s that Pillow cannot read as JPEG/PNG, '
-                    'e.g. %s', len(skipped), len(candidates), split_dir, skipped[0])
-  if not kept:
-    raise ValueError(f'{split_dir} has no readable .jpg/.jpeg/.png files in its class folders '
-                     f'({len(skipped)} unreadable); expected {split_dir}/<class>/*.jpg.')
-  logging.info('%s: %d images in %d classes.', split_dir, len(kept), len(classes))
-  return tuple(p for p, _ in kept), tuple(label for _, label in kept)
+  files = []
+  for c in classes:
+    folder = os.path.join(split_dir, c)
+    files.append(sorted(e.name for e in os.scandir(folder)
+                        if e.name.lower().endswith(IMAGE_EXTENSIONS) and e.is_file())
+                 if os.path.isdir(folder) else [])
+  if not any(files):
+    raise ValueError(f'{split_dir} has no .jpg/.jpeg/.png files in its class folders; '
+                     f'expected {split_dir}/<class>/*.jpg.')
+  labels = np.concatenate([np.full(len(f), c, np.int64) for c, f in enumerate(files)])
+  ranks = np.concatenate([(np.arange(len(f)) + 0.5) / len(f) for f in files if f])
+  order = np.lexsort((labels, ranks))
+  paths = np.array([os.path.join(split_dir, classes[c], name)
+                    for c, names in enumerate(files) for name in names])[order]
+  logging.info('%s: %d images in %d classes.', split_dir, len(paths), len(classes))
+  return paths, labels[order]
 
 
 def _subdirs(directory: str) -> List[str]:
-  return [d for d in os.listdir(directory) if os.path.isdir(os.path.join(directory, d))]
+  return [e.name for e in os.scandir(directory) if e.is_dir()]
 
 
-def _is_readable_image(path: str) -> bool:
-  """Decodes the file fully once: truncated or mislabeled files fail here, not mid-training."""
-  try:
-    with Image.open(path) as image:
-      image.load()
-      return image.format in _READABLE_FORMATS
-  except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
-    return False
+_unreadable_lock = threading.Lock()
+_unreadable: Dict[str, set] = {}  # Folder → names of its broken files met by this process.
+
+
+def _readable(data: tf.Tensor, name: tf.Tensor) -> tf.Tensor:
+  """Whether `data` is a whole JPEG (SOI ... EOI) or PNG (signature ... IEND); logs it if not."""
+  size = tf.strings.length(data)
+  tail = tf.strings.bytes_split(tf.strings.substr(data, tf.maximum(size - 32, 0), 32))
+  jpeg = tf.logical_and(
+      tf.equal(tf.strings.substr(data, 0, 3), b'\xff\xd8\xff'),
+      tf.reduce_any(tf.logical_and(tf.equal(tail[:-1], b'\xff'), tf.equal(tail[1:], b'\xd9'))))
+  png = tf.logical_and(tf.equal(tf.strings.substr(data, 0, 8), _PNG_SIGNATURE),
+                       tf.equal(tf.strings.substr(data, tf.maximum(size - 8, 0), 4), b'IEND'))
+  ok = tf.logical_or(jpeg, png)
+  return tf.cond(ok, lambda: ok, lambda: tf.numpy_function(_count_unreadable, [name], tf.bool,
+                                                           stateful=True))
+
+
+def _count_unreadable(name: bytes) -> np.bool_:
+  """Logs the broken file's name and the count so far (the 1st, 2nd, 4th, 8th... of a folder)."""
+  path = name.decode(errors='replace')
+  folder = os.path.dirname(os.path.dirname(path))
+  with _unreadable_lock:
+    seen = _unreadable.setdefault(folder, set())
+    new = path not in seen
+    seen.add(path)
+    count = len(seen)
+  if new and count & (count - 1) == 0:
+    logging.warning('Skipped %d unreadable image file(s) in %s so far (not a complete JPEG/PNG), '
+                    'e.g. %s: delete or replace them.', count, folder, path)
+  return np.bool_(False)
+
+
+@functools.cache
+def _log_once(message: str) -> None:
+  logging.info(message)
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+  logging.warning(message)
 
 
 def _decode(data: tf.Tensor) -> tf.Tensor:
@@ -453,10 +661,9 @@ def _normalize(image: tf.Tensor) -> tf.Tensor:
   return tf.cast(image, tf.float32) / 127.5 - 1.
 
 
-def _make_train_preprocess(config: Any, read: Callable[[tf.Tensor], tf.Tensor],
-                           num_classes: int) -> Callable[[Dict[str, tf.Tensor], tf.Tensor],
-                                                         Dict[str, tf.Tensor]]:
-  """Returns preprocess(example, seed) for training, with config validated once."""
+def _make_train_preprocess(config: Any, num_classes: int) -> Callable[
+    [Dict[str, tf.Tensor], tf.Tensor], Dict[str, tf.Tensor]]:
+  """Returns preprocess(example with encoded image, seed) for training; config checked once."""
   crop = _crop(config)
   aug = config.pp.train_aug
   area_min = float(config.pp.area_min)
@@ -476,7 +683,7 @@ def _make_train_preprocess(config: Any, read: Callable[[tf.Tensor], tf.Tensor],
   def preprocess(example, seed):
     crop_seed, flip_seed, randaug_seed = tf.unstack(
         tf.random.experimental.stateless_split(seed, 3))
-    image = _decode(read(example['image']))
+    image = _decode(example['image'])
     if aug == 'inception':
       image = _inception_crop(image, crop, crop_seed, area_min)
     elif aug == 'pad_flip':

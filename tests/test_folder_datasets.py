@@ -1,0 +1,165 @@
+"""Image-folder datasets: TFDS split strings, split-folder aliases, held-out slice, index stream."""
+
+import os
+from unittest import mock
+
+import jax
+import numpy as np
+import pytest
+from PIL import Image
+
+from vit_jax import config_lib
+from vit_jax import input_pipeline
+
+CLASSES = ('cat', 'dog', 'fox')
+
+
+def write_folder(root, splits=('train', 'test'), per_class=(50, 30, 20), eval_per_class=4):
+  """Tiny PNGs (train) and JPEGs (eval splits); pixel values differ per file."""
+  rng = np.random.default_rng(0)
+  for split in splits:
+    for c, name in enumerate(CLASSES):
+      os.makedirs(os.path.join(root, split, name))
+      for i in range(per_class[c] if split == 'train' else eval_per_class):
+        image = Image.fromarray(rng.integers(0, 256, (6, 5, 3), dtype=np.uint8))
+        extension = 'png' if split == 'train' else 'jpg'
+        image.save(os.path.join(root, split, name, f'{i:03d}.{extension}'))
+  return str(root)
+
+
+def make_config(root, train='train', test='test', **overrides):
+  config = config_lib.get_config()
+  config.update(dict(dataset=root, batch=4, batch_eval=8, shuffle_buffer=100, prefetch=1,
+                     pp=dict(train=train, test=test, crop=8)))
+  config.update(overrides)
+  return config
+
+
+def files(root, spec):
+  paths, _ = input_pipeline._folder_split(root, CLASSES, spec)
+  return list(paths)
+
+
+def test_percent_slices_partition_the_folder_and_keep_classes_balanced(tmp_path):
+  root = write_folder(tmp_path)
+  head, tail, whole = files(root, 'train[:98%]'), files(root, 'train[98%:]'), files(root, 'train')
+  assert head + tail == whole and len(whole) == 100 and len(tail) == 2
+  assert sorted(whole) == sorted(
+      os.path.join(root, 'train', c, f) for c in CLASSES
+      for f in os.listdir(os.path.join(root, 'train', c)))
+  tenth = [p.split(os.sep)[-2] for p in files(root, 'train[:10%]')]
+  assert [tenth.count(c) for c in CLASSES] == [5, 3, 2]  # 50:30:20 in proportion.
+  assert len(files(root, 'train[:7]')) == 7 and files(root, 'train[:7]') == whole[:7]
+  with pytest.raises(ValueError, match=r"Cannot read split 'train\[:1000\]'.*config.pp.train"):
+    files(root, 'train[:1000]')
+
+
+@pytest.mark.parametrize('eval_folder', ['test', 'val', 'validation'])
+def test_eval_split_names_are_aliases(tmp_path, eval_folder):
+  root = write_folder(tmp_path, splits=('train', eval_folder))
+  expected = files(root, eval_folder)
+  assert all(f'{os.sep}{eval_folder}{os.sep}' in p for p in expected) and len(expected) == 12
+  for name in ('test', 'validation', 'val'):
+    assert files(root, name) == expected
+
+
+def test_train_only_serves_eval_from_the_held_out_slice(tmp_path, caplog):
+  root = write_folder(tmp_path, splits=('train',))
+  with caplog.at_level('WARNING'):
+    held_out = files(root, 'test')
+  assert held_out == files(root, 'validation') == files(root, input_pipeline.HELD_OUT_SPLIT)
+  assert not set(held_out) & set(files(root, 'train[:98%]'))
+  assert 'has only train/' in caplog.text
+
+
+@pytest.mark.parametrize('preset', ['cifar10', 'imagenet2012'])
+@pytest.mark.parametrize('splits', [('train', 'test'), ('train', 'val'), ('train',)])
+def test_preset_split_strings_work_on_folders(tmp_path, preset, splits):
+  root = write_folder(tmp_path, splits=splits)
+  pp = config_lib.DATASET_PRESETS[preset]['pp']
+  config = make_config(root, pp['train'], pp['test'])
+  info = input_pipeline.get_dataset_info(config)
+  assert info.class_names == CLASSES
+  held_out = 2 if splits == ('train',) else 12
+  assert info.num_test_examples == held_out
+  assert info.num_train_examples == {'cifar10': 98, 'imagenet2012': 99}[preset]
+  batches = list(input_pipeline.get_eval_data(config).batches())
+  assert sum(b['mask'].sum() for b in batches) == held_out
+  assert next(input_pipeline.get_train_data(config))['image'].shape == (4, 8, 8, 3)
+
+
+def labels_of(batches):
+  return np.concatenate([b['label'].argmax(-1) for b in batches])
+
+
+def test_index_stream_is_an_epoch_permutation_and_resumes_anywhere(tmp_path):
+  root = write_folder(tmp_path, per_class=(6, 5, 5))  # 16 files: 4 batches an epoch.
+  config = make_config(root, pp=dict(train='train', test='test', crop=8, train_aug='none'))
+  stream = [next(it) for it in [input_pipeline.get_train_data(config)] for _ in range(8)]
+  epoch = labels_of(stream[:4])
+  assert np.bincount(epoch).tolist() == [6, 5, 5]  # Every file once per epoch...
+  assert not np.array_equal(epoch, labels_of(stream[4:]))  # ...in a new order each epoch.
+  images = [b['image'] for b in stream[:4]]
+  assert len({im.tobytes() for b in images for im in b}) == 16
+  resumed = input_pipeline.get_train_data(config, start_batch=6)
+  for expected in stream[6:]:
+    got = next(resumed)
+    np.testing.assert_array_equal(got['image'], expected['image'])
+    np.testing.assert_array_equal(got['label'], expected['label'])
+
+
+def test_stream_sharding_does_not_depend_on_the_process_count(tmp_path):
+  root = write_folder(tmp_path, per_class=(6, 5, 5))
+  config = make_config(root, data_sharding='stream')
+  whole = [next(it) for it in [input_pipeline.get_train_data(config, start_batch=3)]
+           for _ in range(3)]
+  parts = []
+  for index in range(2):
+    with mock.patch.object(jax, 'process_count', return_value=2), \
+         mock.patch.object(jax, 'process_index', return_value=index):
+      it = input_pipeline.get_train_data(config, start_batch=3)
+      parts.append([next(it) for _ in range(3)])
+  for step, expected in enumerate(whole):
+    for key in ('image', 'label'):
+      np.testing.assert_array_equal(
+          np.concatenate([parts[0][step][key], parts[1][step][key]]), expected[key])
+
+
+def test_unreadable_train_file_is_replaced_and_the_stream_stays_resumable(tmp_path, caplog):
+  root = write_folder(tmp_path, per_class=(6, 5, 5))
+  for name in ('002.png', '003.png'):  # A truncated PNG and an empty file.
+    path = os.path.join(root, 'train', 'cat', name)
+    data = open(path, 'rb').read()
+    with open(path, 'wb') as f:
+      f.write(data[:len(data) // 2] if name == '002.png' else b'')
+  config = make_config(root)
+  with caplog.at_level('WARNING'):
+    stream = [next(it) for it in [input_pipeline.get_train_data(config)] for _ in range(6)]
+  assert 'Skipped 2 unreadable image file(s)' in caplog.text
+  resumed = input_pipeline.get_train_data(config, start_batch=3)
+  for expected in stream[3:]:
+    np.testing.assert_array_equal(next(resumed)['image'], expected['image'])
+
+
+def test_unreadable_eval_file_is_masked_out(tmp_path):
+  root = write_folder(tmp_path)
+  with open(os.path.join(root, 'test', 'dog', '001.jpg'), 'wb') as f:
+    f.write(b'\xff\xd8\xff\xe0 cut short')
+  eval_data = input_pipeline.get_eval_data(make_config(root))
+  batches = list(eval_data.batches())
+  assert eval_data.num_examples == 12 and sum(b['mask'].sum() for b in batches) == 11
+
+
+def test_killed_run_on_a_folder_resumes_to_identical_params(tmp_path):
+  """The kill-and-resume test of test_train on the index-addressed stream (a folder)."""
+  import test_train  # noqa: PLC0415  # Its config and crash helper; a test module.
+  from vit_jax import train  # noqa: PLC0415
+  root = write_folder(tmp_path / 'data', per_class=(6, 5, 5))
+  config = test_train.make_config(dataset=root, total_steps=6, checkpoint_every=2, eval_every=0)
+  train.train_and_evaluate(config, str(tmp_path / 'straight'))
+  workdir = str(tmp_path / 'killed')
+  with test_train.crash_at(6), pytest.raises(KeyboardInterrupt):
+    train.train_and_evaluate(config, workdir)
+  assert train.train_and_evaluate(config, workdir)['step'] == 6  # Continues at step 4.
+  test_train.assert_trees_close(test_train.final_params(workdir),
+                                test_train.final_params(str(tmp_path / 'straight')), atol=0)
