@@ -264,7 +264,7 @@ def test_non_finite_loss_stops_with_step_range_and_keeps_checkpoint(tmp_path, mo
 @pytest.mark.parametrize('overrides,message', [
     (dict(batch=6, accum_steps=4), 'not divisible'),
     (dict(batch_eval=0), 'batch_eval'),
-    (dict(pp=dict(crop=30)), 'not a multiple of the patch size 16 of testing; use --config.pp.crop=32'),
+    (dict(pp=dict(crop=30)), 'multiple of the patch size 16 of testing; use --config.pp.crop=32'),
     (dict(loss='hinge'), 'Unknown loss'),
     (dict(ema_decay=1.), r'ema_decay=1.0 must be in \[0, 1\)'),
     (dict(optim='lamb'), 'Unknown optim'),
