@@ -8,6 +8,8 @@ import setuptools
 
 INSTALL_REQUIRES = [
     'absl-py>=2.1',
+    # Random access to TFDS data (ArrayRecord): constant-time resume of the train stream.
+    'array-record>=0.8.6; sys_platform == "linux"',
     'clu>=0.0.12',
     'flax>=0.12.8',
     'importlib_resources>=6.0',  # tensorflow-datasets needs it to prepare data; undeclared.

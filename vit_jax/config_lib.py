@@ -72,7 +72,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.param_sharding = 'replicated'  # Or 'fsdp': params + optimizer state split over devices.
   c.batch = 512  # Global train batch over all devices and processes.
   c.batch_eval = 512  # Global eval batch.
-  c.shuffle_buffer = 50_000  # Examples in the shuffle buffer.
+  # Shuffle buffer of TFRecord-prepared TFDS data; folders and ArrayRecord data are shuffled
+  # globally by index instead (constant-time resume).
+  c.shuffle_buffer = 50_000
   c.prefetch = 2  # Batches kept ready on device.
   c.progress_every = 10  # Log (and write metrics) every so many steps.
   c.eval_every = 100  # Evaluate every so many steps (and at the end).
