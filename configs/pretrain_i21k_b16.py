@@ -1,8 +1,12 @@
 r"""Pretrains ViT-B/16 on ImageNet-21k from scratch (the ViT paper's recipe).
 
-Command (TFDS imagenet21k needs a manual download):
+ImageNet-21k is not in the TFDS catalog: give it as a folder of images, one sub-folder per
+class (`/data/imagenet21k/train/<wnid>/*.JPEG`, e.g. the winter-2021 release unpacked). 1% of
+it (~142k images, every class in proportion) is held out for evaluation, like the paper's
+102,400-image split of the full set.
+Command:
   python -m vit_jax.main --config=configs/pretrain_i21k_b16.py --workdir=runs/i21k_b16 \
-      --config.tfds_manual_dir=/path/to/imagenet21k
+      --config.dataset=/data/imagenet21k
 Recipe (paper, Sec. 4.1 / Table 3): Adam b1 0.9 b2 0.999, batch 4096, lr 1e-3, weight decay
 0.1, 10k warmup steps then linear decay, dropout 0.1, 90 epochs at 224px, representation layer
 (pre_logits, 768). Expected: the published gs://vit_models/imagenet21k/ViT-B_16.npz quality
@@ -18,8 +22,8 @@ def get_config(arg: str = ''):
   config = config_lib.with_model(config_lib.get_config(), 'ViT-B_16')
   config.model.representation_size = 768
   config.model.transformer.dropout_rate = 0.1
-  config.dataset = 'imagenet21k'
-  config.pp.update(dict(train='full[102400:]', test='full[:102400]', crop=224))
+  config.dataset = ''  # A folder: --config.dataset=/data/imagenet21k (see the docstring).
+  config.pp.update(dict(train='train[1%:]', test='train[:1%]', crop=224))
   config.update(dict(
       pretrained_dir='', total_steps=0, num_epochs=90., optim='adamw', base_lr=1e-3,
       weight_decay=0.1, warmup_steps=10_000, decay_type='linear', grad_norm_clip=1.,

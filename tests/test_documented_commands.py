@@ -80,7 +80,10 @@ def scratch(tmp_path_factory):
   os.symlink(os.path.join(ROOT, 'configs'), work / 'configs')
   for split in ('train', 'test'):
     for label, name in enumerate(CLASSES):
-      write_images(work / 'my_images' / split / name, 6 if split == 'train' else 2, seed=label)
+      write_images(work / 'data' / 'my_images' / split / name, 6 if split == 'train' else 2,
+                   seed=label)
+  for name in CLASSES:  # /data/imagenet21k: enough images that 1% of them is an eval split.
+    write_images(work / 'data' / 'imagenet21k' / 'train' / name, 40, size=16)
   write_images(work / 'my_photos', 3, seed=7)
   os.rename(work / 'my_photos' / '0.jpg', work / 'cat.jpg')
   return work
@@ -88,9 +91,7 @@ def scratch(tmp_path_factory):
 
 def substitute(command, work):
   """The user's paths in `command` → the scratch directory's files."""
-  for documented, local in (('/data/my_images', 'my_images'), ('/data/', 'data/')):
-    command = command.replace(documented, str(work / local))
-  return command
+  return re.sub(r'(?<=[ =,])/data/', f'{work}/data/', command)
 
 
 def write_npz(model_config, path, num_classes, image_size):

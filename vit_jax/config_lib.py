@@ -149,7 +149,8 @@ def shrink(config: ml_collections.ConfigDict) -> None:
     if model.representation_size is not None:
       model.representation_size = 16
     if model.get('resnet') is not None:  # One unit per stage, GroupNorm's 32 channels at least.
-      model.resnet.update(dict(num_layers=(1,) * len(model.resnet.num_layers), width_factor=.5))
+      model.resnet = ml_collections.ConfigDict(dict(
+          num_layers=(1,) * len(model.resnet.num_layers), width_factor=.5))
     stride = presets.token_stride(model)
   config.pp.crop = 2 * stride
   config.update(dict(total_steps=2, num_epochs=0., batch=8, batch_eval=8, accum_steps=1,
