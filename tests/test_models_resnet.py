@@ -1,4 +1,4 @@
-"""The hybrid ResNet's faster GroupNorm, max-pool and root conv against the ops they replace."""
+"""The ResNet classifier, and the hybrid ResNet's faster GroupNorm, max-pool and root conv."""
 
 import flax.linen as nn
 import jax
@@ -6,6 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from vit_jax import checkpoint
+from vit_jax import models
 from vit_jax import models_resnet
 from vit_jax import ops
 
@@ -99,3 +101,75 @@ def test_std_conv_as_matmul_has_std_conv_params_values_and_gradients():
   # Weight standardisation's backward cancels terms ~600 down to ~0: judge errors at that scale.
   np.testing.assert_allclose(grad(ours)['params']['kernel'], want, rtol=1e-5,
                              atol=2e-5 * float(jnp.max(jnp.abs(want))))
+
+
+def _resnet_params(name, num_classes, size):
+  model = models.get_model(name, num_classes=num_classes)
+  params = model.init(jax.random.key(0), jnp.zeros((1, size, size, 3)), train=False)['params']
+  return model, params
+
+
+def test_resnet_classifier_names_zero_head_and_shapes():
+  model, params = _resnet_params('ResNet-11_28px', 10, 28)
+  assert sorted(params) == ['block1', 'block2', 'block3', 'conv_root', 'gn_root', 'head']
+  assert sorted(params['block2']['unit1']) == ['conv1', 'conv2', 'conv3', 'conv_proj', 'gn1',
+                                               'gn2', 'gn3', 'gn_proj']
+  assert params['conv_root']['kernel'].shape == (3, 3, 3, 32)
+  assert params['head']['kernel'].shape == (512, 10)
+  x = _random((3, 28, 28, 3))
+  np.testing.assert_array_equal(model.apply({'params': params}, x, train=False), 0.)  # Zero head.
+  params = _random_params(params)
+  logits = model.apply({'params': params}, x, train=True)
+  assert logits.shape == (3, 10) and logits.dtype == jnp.float32
+  np.testing.assert_array_equal(logits, model.apply({'params': params}, x, train=False))
+
+
+@pytest.mark.parametrize('name,size', [('ResNet-50', 224), ('ResNet-50', 33),
+                                       ('ResNet-50_32px', 32), ('ResNet-11_28px', 28),
+                                       ('ResNet-11_28px', 31)])
+def test_token_grid_is_the_last_feature_map(name, size):
+  config = models.get_config(name)
+
+  class Features(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+      return models_resnet.apply_resnet(
+          x, width_factor=config.width_factor, num_layers=config.stage_sizes,
+          dtype=jnp.float32, param_dtype=jnp.float32, root_kernel=config.root_kernel,
+          root_stride=config.root_stride, root_pool=config.root_pool)
+
+  x = jax.ShapeDtypeStruct((1, size, size, 3), jnp.float32)
+  out = jax.eval_shape(lambda x: Features().init_with_output(jax.random.key(0), x)[0], x)
+  assert tuple(models.token_grid(config, (size, size))) == out.shape[1:3]
+
+
+def test_resnet_checkpoint_round_trip_keeps_published_groupnorm_shapes(tmp_path):
+  _, params = _resnet_params('ResNet-11_28px', 10, 28)
+  params = _random_params(params)
+  path = checkpoint.save(params, str(tmp_path / 'resnet.npz'))
+  with np.load(path) as f:
+    assert f['gn_root/scale'].shape == (1, 1, 1, 32)
+    assert f['block3/unit1/gn_proj/bias'].shape == (1, 1, 1, 512)
+    assert f['head/kernel'].shape == (512, 10)
+  loaded = checkpoint.load(path)
+  assert jax.tree.structure(loaded) == jax.tree.structure(params)
+  for got, want in zip(jax.tree.leaves(loaded), jax.tree.leaves(params)):
+    np.testing.assert_array_equal(got, want)
+
+
+def test_hybrid_root_is_unchanged_by_the_resnet_options():
+  """The hybrid's defaults are the official root: the same names, shapes and values."""
+  x = _random((1, 32, 32, 3))
+
+  class Root(nn.Module):
+    kwargs: dict
+
+    @nn.compact
+    def __call__(self, x):
+      return models_resnet.apply_resnet(x, width_factor=1, num_layers=(1,), dtype=jnp.float32,
+                                        param_dtype=jnp.float32, **self.kwargs)
+
+  params = Root({}).init(jax.random.key(0), x)
+  explicit = Root(dict(root_kernel=7, root_stride=2, root_pool=True))
+  assert params['params']['conv_root']['kernel'].shape == (7, 7, 3, 64)
+  np.testing.assert_array_equal(Root({}).apply(params, x), explicit.apply(params, x))

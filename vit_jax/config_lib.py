@@ -76,9 +76,11 @@ def get_config() -> ml_collections.ConfigDict:
 
 
 def with_model(config: ml_collections.ConfigDict, name: str) -> ml_collections.ConfigDict:
-  """Sets `config.model` to preset `name` (plus the off-by-default ViT extras)."""
+  """Sets `config.model` to preset `name` (plus the off-by-default ViT or ResNet extras)."""
   model = presets.get_config(name)
-  if not presets.is_mixer(model):
+  if presets.is_resnet(model):
+    model.update(presets.RESNET_EXTRAS)
+  elif not presets.is_mixer(model):
     model.update(presets.VIT_EXTRAS)
   config.model = model
   return config
