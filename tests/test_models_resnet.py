@@ -1,5 +1,8 @@
 """The ResNet classifier, and the hybrid ResNet's faster GroupNorm, max-pool and root conv."""
 
+import json
+import os
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -173,3 +176,37 @@ def test_hybrid_root_is_unchanged_by_the_resnet_options():
   explicit = Root(dict(root_kernel=7, root_stride=2, root_pool=True))
   assert params['params']['conv_root']['kernel'].shape == (7, 7, 3, 64)
   np.testing.assert_array_equal(Root({}).apply(params, x), explicit.apply(params, x))
+
+
+def test_resnet_trains_exports_predicts_and_teaches_a_vit(tmp_path, capsys):
+  """The ViT paths end to end: train → params.npz → predict; then a ViT distils from that npz."""
+  import tensorflow_datasets as tfds
+  from test_train import make_config
+  from vit_jax import config_lib, predict, train
+  config = make_config(total_steps=3, eval_every=0)
+  config.model = config_lib.with_model(config_lib.get_config(), 'ResNet-11_28px').model
+  workdir = str(tmp_path / 'resnet')
+  with tfds.testing.mock_data(num_examples=10):
+    result = train.train_and_evaluate(config, workdir)
+    assert result['step'] == 3 and result['num_examples'] == 10
+    npz = os.path.join(workdir, 'params.npz')
+    student = make_config(total_steps=2, eval_every=0,
+                          distill=dict(teacher_path=npz, teacher_model='ResNet-11_28px'))
+    assert train.train_and_evaluate(student, str(tmp_path / 'student'))['step'] == 2
+  image = tmp_path / 'image.png'
+  from PIL import Image
+  Image.fromarray(np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(
+      image)
+  assert predict.main(['predict', f'--checkpoint={npz}', '--model=ResNet-11_28px',
+                       '--image_size=32', '--json', str(image)]) == 0
+  top = json.loads(capsys.readouterr().out)['results'][0]['predictions']
+  from vit_jax import features
+  loaded = features.load_model(npz, 'ResNet-11_28px', 32)
+  logits = loaded.model.apply({'params': loaded.params}, features.load_images([str(image)], 32),
+                              train=False)[0]
+  probs = np.asarray(jax.nn.softmax(logits))
+  # After 3 steps the classes are nearly tied: compare the probabilities of the listed classes.
+  np.testing.assert_allclose([p['probability'] for p in top], probs[[p['index'] for p in top]],
+                             rtol=1e-5)
+  np.testing.assert_allclose([p['probability'] for p in top], np.sort(probs)[::-1][:5],
+                             rtol=1e-5)
