@@ -10,8 +10,10 @@ global average pooling and a zero-init head: 0.50M parameters and 37 MFLOPs per 
 against the quickstart ViT's 0.55M and 19 MFLOPs. Same recipe as configs/fashion_mnist_quickstart.py
 stage 1 (AdamW lr 1.5e-3, weight decay 0.05, 400 warmup steps, cosine, batch 128, 5 epochs, no
 augmentation), so the two compare at equal data and steps.
-Expected: not measured yet for the full 5 epochs. Smoke run (2 vCPUs, shared): see the commit log.
-`--config.num_epochs=0.05` makes a smoke run.
+Expected: the full 5 epochs are not measured yet. Measured (2026-11-24, 2 vCPUs shared with
+other jobs): `--config.num_epochs=0.5 --config.eval_every=0` (234 steps) reached 84.05% on all
+10,000 test images in 6 min 16 s including the first preparation of the local Fashion-MNIST
+files (~95 img/s/core). `--config.num_epochs=0.05` makes a smoke run.
 """
 
 from vit_jax import config_lib
