@@ -133,8 +133,7 @@ def run_distilled(workdir, teacher, kind, kill):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('kind', ['hard'])
-def test_distilled_run_resumes_bit_exactly_after_sigkill(tmp_path, kind):
+def test_distilled_run_resumes_bit_exactly_after_sigkill(tmp_path, kind='hard'):
   teacher = write_teacher(tmp_path / 'teacher.npz')
   straight, killed = str(tmp_path / 'straight'), str(tmp_path / 'killed')
   proc = run_distilled(killed, teacher, kind, kill=True)
