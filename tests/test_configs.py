@@ -1,6 +1,7 @@
 """Every config file builds, and every `--config.X` the docs mention exists (no config drift)."""
 
 import glob
+import math
 import importlib.util
 import os
 import re
@@ -61,6 +62,25 @@ def test_parameterised_vit_config():
   assert config.model.model_name == 'R50+ViT-B_16' and config.dataset == 'cifar100'
   with pytest.raises(ValueError, match='MODEL,DATASET'):
     module.get_config('b16')
+
+
+@pytest.mark.parametrize('arm,params', [('vit_small', 10_695_562), ('vit_b16_scratch', 85_806_346),
+                                        ('resnet50_scratch', 23_520_842),
+                                        ('vit_b16_finetune', 86_098_186)])
+def test_cifar10_plan_arms_build_their_models(arm, params):
+  import jax
+  import jax.numpy as jnp
+  from vit_jax import models
+  module, _ = load_config(os.path.join(ROOT, 'configs', 'cifar10_plan.py'))
+  config = module.get_config(arm)
+  assert config.dataset == 'cifar10'
+  assert (config.pretrained_dir == '') == (arm != 'vit_b16_finetune')
+  model = models.get_model(config.model, num_classes=10)
+  x = jnp.zeros((1, config.pp.crop, config.pp.crop, 3))
+  shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), x, train=False))
+  assert sum(math.prod(a.shape) for a in jax.tree.leaves(shapes)) == params
+  with pytest.raises(ValueError, match='Unknown arm'):
+    module.get_config('vit_tiny')
 
 
 def test_augreg_config_picks_the_preset_from_the_file_name():

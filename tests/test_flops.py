@@ -76,6 +76,7 @@ def test_cli(capsys):
 @pytest.mark.parametrize('args, message', [
     (['--model=ViT-Q'], 'Unknown model'),
     (['--model=Mixer-B_16'], 'Mixer'),
+    (['--model=ResNet-50'], 'ResNet presets are not supported'),
     (['--image=0'], 'positive'),
     (['stray'], 'Unexpected arguments'),
 ])

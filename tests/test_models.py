@@ -39,6 +39,13 @@ OFFICIAL_COUNTS = {
     'Mixer-B_16': 59_880_472,
     'Mixer-B_32': 60_293_428,
     'Mixer-L_16': 208_196_168,
+    # Not in the official table. ResNet-50: torchvision's resnet50 num_params (25557032, its
+    # docs): the same convs, fc and norm channels (GroupNorm where it has BatchNorm).
+    'ResNet-50': 25_557_032,
+    # 3x3 root instead of 7x7: 64·3·(49 - 9) = 7,680 fewer (by chance as many as BiT-R50x1,
+    # whose pre-activation units have 7,680 fewer norm params: 25,549,352).
+    'ResNet-50_32px': 25_549_352,
+    'ResNet-11_28px': 1_007_880,  # 500,010 with Fashion-MNIST's 10 classes.
 }
 
 
@@ -50,10 +57,10 @@ def _dense(fan_in, fan_out):
   return fan_in * fan_out + fan_out
 
 
-def _resnet_count(num_layers, width_factor):
-  """Root (7x7 conv, no bias, + GroupNorm) and bottleneck units; returns (params, out channels)."""
+def _resnet_count(num_layers, width_factor, root_kernel=7):
+  """Root (conv, no bias, + GroupNorm) and bottleneck units; returns (params, out channels)."""
   width = int(64 * width_factor)
-  count = 7 * 7 * 3 * width + 2 * width
+  count = root_kernel**2 * 3 * width + 2 * width
   cin = width
   for stage, units in enumerate(num_layers):
     f = width * 2**stage
@@ -103,9 +110,16 @@ def expected_mixer_count(config, num_classes, image_size=224):
   return count + _dense(d, num_classes)
 
 
+def expected_resnet_count(config, num_classes, image_size=224):
+  del image_size  # Convolutions and global pooling: any input size.
+  count, width = _resnet_count(config.stage_sizes, config.width_factor, config.root_kernel)
+  return count + _dense(width, num_classes)
+
+
 def expected_count(name, num_classes=1000, image_size=224):
   config = models.MODEL_CONFIGS[name]
-  fn = expected_mixer_count if models.is_mixer(config) else expected_vit_count
+  fn = (expected_mixer_count if models.is_mixer(config) else
+        expected_resnet_count if models.is_resnet(config) else expected_vit_count)
   return fn(config, num_classes, image_size)
 
 

@@ -68,6 +68,13 @@ def get_config() -> ml_collections.ConfigDict:
   c.accum_steps = 8  # Gradient accumulation microbatches per step (same gradient, less memory).
   c.loss = 'softmax_xent'  # 'softmax_xent' or 'sigmoid_xent'.
   c.label_smoothing = 0.  # Label smoothing for the loss.
+  # Distillation from a fixed teacher npz (vit_jax/distill.py); teacher_path '' = off.
+  c.distill = ml_collections.ConfigDict()
+  c.distill.teacher_path = ''  # Teacher .npz (local, gs:// or https://), e.g. a ResNet's export.
+  c.distill.teacher_model = ''  # The teacher's preset name (e.g. 'ResNet-11_28px') or model .py.
+  c.distill.kind = 'hard'  # 'hard' (DeiT: teacher argmax as a 2nd target) or 'soft' (KL at tau).
+  c.distill.alpha = 0.5  # Weight of the teacher term; 1 - alpha for the true labels (DeiT: 0.5).
+  c.distill.temperature = 1.  # Soft distillation's tau (the KL term is scaled by tau^2).
   c.ema_decay = 0.  # Per-step weight average (e.g. 0.999) evaluated and exported; 0 = off.
   c.param_sharding = 'replicated'  # Or 'fsdp': params + optimizer state split over devices.
   c.batch = 512  # Global train batch over all devices and processes.
@@ -84,10 +91,12 @@ def get_config() -> ml_collections.ConfigDict:
 
 
 def with_model(config: ml_collections.ConfigDict, name: str) -> ml_collections.ConfigDict:
-  """Sets `config.model` to preset `name` (plus the off-by-default ViT extras) and the input
-  resolution to the model's official fine-tuning one (384px, in whole tokens)."""
+  """Sets `config.model` to preset `name` (plus the off-by-default ViT or ResNet extras) and the
+  input resolution to the model's official fine-tuning one (384px, in whole tokens)."""
   model = presets.get_config(name)
-  if not presets.is_mixer(model):
+  if presets.is_resnet(model):
+    model.update(presets.RESNET_EXTRAS)
+  elif not presets.is_mixer(model):
     model.update(presets.VIT_EXTRAS)
   config.model = model
   config.pp.crop = presets.finetune_resolution(model)

@@ -77,8 +77,9 @@ def count_flops(model_config: Any, image_size: int, num_classes: int = 1000) -> 
     image_size: square input side in pixels.
     num_classes: head outputs; 0 for none.
   """
-  if models.is_mixer(model_config):
-    raise ValueError('flops counts ViT and hybrid models; Mixer presets are not supported.')
+  if models.is_mixer(model_config) or models.is_resnet(model_config):
+    raise ValueError('flops counts ViT and hybrid models; Mixer and ResNet presets are not '
+                     'supported (XLA\'s cost_analysis() of the jitted forward pass counts them).')
   hw, channels, out = (image_size, image_size), 3, {}
   if model_config.get('resnet') is not None:
     out['resnet'], hw, channels = resnet_flops(model_config['resnet'], hw)

@@ -9,11 +9,13 @@ from typing import Any
 import jax.numpy as jnp
 
 from vit_jax.models_mixer import MlpMixer
+from vit_jax.models_resnet import ResNet
 from vit_jax.models_vit import VisionTransformer
-from vit_jax.presets import AUGREG_CONFIGS, MODEL_CONFIGS, get_config, is_mixer, token_grid
+from vit_jax.presets import (AUGREG_CONFIGS, MODEL_CONFIGS, get_config, is_mixer, is_resnet,
+                             token_grid)
 
-__all__ = ['MODEL_CONFIGS', 'AUGREG_CONFIGS', 'VisionTransformer', 'MlpMixer', 'get_model',
-           'get_config', 'is_mixer', 'token_grid']
+__all__ = ['MODEL_CONFIGS', 'AUGREG_CONFIGS', 'VisionTransformer', 'MlpMixer', 'ResNet',
+           'get_model', 'get_config', 'is_mixer', 'is_resnet', 'token_grid']
 
 
 def get_model(name_or_config: Any, **kwargs: Any):
@@ -24,5 +26,5 @@ def get_model(name_or_config: Any, **kwargs: Any):
   for key in ('dtype', 'param_dtype'):
     if isinstance(fields.get(key), str):  # Configs spell dtypes as strings ('bfloat16').
       fields[key] = jnp.dtype(fields[key])
-  cls = MlpMixer if is_mixer(fields) else VisionTransformer
+  cls = MlpMixer if is_mixer(fields) else ResNet if is_resnet(fields) else VisionTransformer
   return cls(**fields)

@@ -6,6 +6,7 @@ checkpoints → `workdir/params.npz` in the published format.
 """
 
 import dataclasses
+import functools
 import os
 import signal
 import threading
@@ -23,6 +24,7 @@ from clu import metric_writers
 from jax.sharding import Mesh
 
 from vit_jax import checkpoint
+from vit_jax import distill
 from vit_jax import input_pipeline
 from vit_jax import models
 from vit_jax import optim
@@ -79,27 +81,34 @@ def accumulate_gradient(loss_fn: Callable, params: Any, images: jax.Array, label
 
 
 def make_train_step(model: Any, tx: optax.GradientTransformation, config: Any, mesh: Mesh,
-                    shardings: Any = None,
+                    shardings: Any = None, teacher: Optional[distill.Teacher] = None,
                     ) -> Callable[[State, Mapping[str, jax.Array]], Tuple[State, Dict]]:
   """Returns the jitted `train_step(state, batch) -> (state, metrics)` (state donated).
 
   `shardings` (a tree like the state; default all replicated) is both the input and the output
   sharding of the state: with sharded params XLA inserts the all-gathers before use and
-  reduce-scatters the gradients, in this same function.
+  reduce-scatters the gradients, in this same function. With a `teacher`, its params are a
+  (replicated) argument of the compiled step and its forward pass runs per microbatch on the
+  same images (`distill`).
   """
   loss_kind = config.loss
   smoothing = config.label_smoothing
   ema_decay = config.ema_decay
 
-  def loss_fn(params, images, labels, rng):
+  def loss_fn(params, images, labels, rng, teacher_params):
     logits = model.apply({'params': params}, images, train=True, rngs={'dropout': rng})
-    return compute_loss(logits, labels, loss_kind, smoothing).mean()
+    loss = compute_loss(logits, labels, loss_kind, smoothing)
+    if teacher is not None:
+      loss = distill.distill_loss(config, logits,
+                                  distill.teacher_logits(teacher, teacher_params, images), loss)
+    return loss.mean()
 
-  def train_step(state, batch):
+  def train_step(state, batch, teacher_params):
     # Dropout rng derived from the step: no rng state to carry, identical on every process.
     rng = jax.random.fold_in(jax.random.wrap_key_data(state['rng']), state['step'])
-    loss, grads = accumulate_gradient(loss_fn, state['params'], batch['image'], batch['label'],
-                                      rng, config.accum_steps or 1)
+    loss, grads = accumulate_gradient(
+        functools.partial(loss_fn, teacher_params=teacher_params), state['params'],
+        batch['image'], batch['label'], rng, config.accum_steps or 1)
     updates, opt_state = tx.update(grads, state['opt_state'], state['params'])
     params = optax.apply_updates(state['params'], updates)
     new_state = dict(state, params=params, opt_state=opt_state, step=state['step'] + 1)
@@ -110,9 +119,11 @@ def make_train_step(model: Any, tx: optax.GradientTransformation, config: Any, m
 
   replicated = parallel.replicated(mesh)
   shardings = replicated if shardings is None else shardings
-  return jax.jit(train_step, donate_argnums=(0,),
-                 in_shardings=(shardings, parallel.data_sharded(mesh)),
+  step = jax.jit(train_step, donate_argnums=(0,),
+                 in_shardings=(shardings, parallel.data_sharded(mesh), replicated),
                  out_shardings=(shardings, replicated))
+  teacher_params = None if teacher is None else teacher.params
+  return lambda state, batch: step(state, batch, teacher_params)
 
 
 def make_eval_step(model: Any, mesh: Mesh, params_sharding: Any = None) -> Callable:
@@ -166,6 +177,7 @@ def validate_config(config: Any, mesh: Mesh) -> None:
                      f'{", ".join(parallel.PARAM_SHARDINGS)}.')
   if config.loss not in LOSSES:
     raise ValueError(f'Unknown loss={config.loss!r}; use one of {", ".join(LOSSES)}.')
+  distill.validate(config)
   if not 0. <= config.ema_decay < 1.:
     raise ValueError(f'ema_decay={config.ema_decay} must be in [0, 1) (0 turns the weight '
                      'average off; 0.999 averages over ~1000 steps).')
@@ -198,8 +210,8 @@ def preflight(config: Any, *, needs_pretrained: bool) -> Any:
     info = input_pipeline.get_dataset_info(config)
   except ValueError as e:
     problems.append(str(e).strip().rstrip('.'))
-  path = checkpoint.pretrained_path(config) if needs_pretrained else None
-  if path:
+  pretrained = checkpoint.pretrained_path(config) if needs_pretrained else None
+  for path in filter(None, (pretrained, config.distill.teacher_path)):
     problem = checkpoint.check_available(path)
     if problem:
       problems.append(problem)
@@ -560,8 +572,9 @@ def _train_loop(trainer: Trainer, state: State, start: int, manager: ocp.Checkpo
                 progress: ProgressLog, eval_step: Callable, eval_data: Any,
                 workdir: str) -> Dict[str, Any]:
   config, total = trainer.config, trainer.total_steps
+  teacher = distill.load_teacher(config, trainer.info.num_classes, trainer.mesh)
   train_step = make_train_step(trainer.model, trainer.tx, config, trainer.mesh,
-                               state_shardings(trainer))
+                               state_shardings(trainer), teacher)
   batches = device_prefetch(input_pipeline.get_train_data(config, start_batch=start),
                             trainer.mesh, config.prefetch)
   stop = StopSignal()

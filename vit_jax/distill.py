@@ -1,0 +1,103 @@
+"""Knowledge distillation from a fixed teacher checkpoint (DeiT, Touvron et al. 2021).
+
+The student keeps its single head: the true-label loss and the distillation loss are averaged on
+it (DeiT's separate distillation token is not built). The teacher is loaded once from an npz,
+replicated on the mesh and passed into the jitted train step, where it runs with `train=False`
+on the same sharded batch under `stop_gradient`. Nothing is added to the train state, so a
+resumed run recomputes the same teacher outputs and stays exact.
+"""
+
+import dataclasses
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import Mesh
+
+from vit_jax import features
+from vit_jax import parallel
+
+KINDS = ('hard', 'soft')
+
+
+@dataclasses.dataclass(frozen=True)
+class Teacher:
+  """A teacher Flax module and its params (replicated on the mesh)."""
+  model: Any
+  params: Any
+
+
+def hard_loss(logits: jax.Array, teacher_logits: jax.Array, alpha: float,
+              true_loss: jax.Array) -> jax.Array:
+  """DeiT hard distillation: (1 - alpha) · true-label loss + alpha · CE(student, teacher argmax).
+
+  Args:
+    logits: student logits [B, C].
+    teacher_logits: [B, C]; their argmax is the second target.
+    alpha: weight of the teacher's target (DeiT: 0.5, the plain average).
+    true_loss: the per-example loss on the true labels (the run's own loss, smoothing included).
+
+  Returns:
+    Per-example loss [B].
+  """
+  teacher_labels = jax.nn.one_hot(jnp.argmax(teacher_logits, -1), logits.shape[-1])
+  return (1. - alpha) * true_loss + alpha * optax.softmax_cross_entropy(logits, teacher_labels)
+
+
+def soft_loss(logits: jax.Array, teacher_logits: jax.Array, alpha: float, temperature: float,
+              true_loss: jax.Array) -> jax.Array:
+  """Hinton/DeiT soft distillation: (1 - alpha) · true loss + alpha · tau² · KL(teacher ‖ student).
+
+  Both distributions are softmaxes at temperature tau; tau² keeps the gradient scale of the KL
+  term independent of tau (Hinton et al. 2015).
+  """
+  log_student = jax.nn.log_softmax(logits / temperature, axis=-1)
+  log_teacher = jax.nn.log_softmax(teacher_logits / temperature, axis=-1)
+  kl = optax.losses.kl_divergence_with_log_targets(log_student, log_teacher)
+  return (1. - alpha) * true_loss + alpha * temperature**2 * kl
+
+
+def distill_loss(config: Any, logits: jax.Array, teacher_logits: jax.Array,
+                 true_loss: jax.Array) -> jax.Array:
+  """Per-example loss of `config.distill.kind` mixing `true_loss` with the teacher's targets."""
+  if config.distill.kind == 'hard':
+    return hard_loss(logits, teacher_logits, config.distill.alpha, true_loss)
+  return soft_loss(logits, teacher_logits, config.distill.alpha, config.distill.temperature,
+                   true_loss)
+
+
+def teacher_logits(teacher: Teacher, teacher_params: Any, images: jax.Array) -> jax.Array:
+  """The fixed teacher's logits (inference mode, no gradient into anything)."""
+  logits = teacher.model.apply({'params': teacher_params}, images, train=False)
+  return jax.lax.stop_gradient(logits.astype(jnp.float32))
+
+
+def validate(config: Any) -> None:
+  """One-line errors for distillation settings (called with the rest of `validate_config`)."""
+  if not config.distill.teacher_path:
+    return
+  if config.distill.kind not in KINDS:
+    raise ValueError(f'Unknown distill.kind={config.distill.kind!r}; use one of '
+                     f'{", ".join(KINDS)}.')
+  if not 0. <= config.distill.alpha <= 1.:
+    raise ValueError(f'distill.alpha={config.distill.alpha} must be in [0, 1] (the weight of '
+                     'the teacher term; 0.5 averages it with the true-label loss as in DeiT).')
+  if config.distill.temperature <= 0.:
+    raise ValueError(f'distill.temperature={config.distill.temperature} must be positive.')
+  if not config.distill.teacher_model:
+    raise ValueError('distill.teacher_path is set but distill.teacher_model is empty; set it '
+                     'to the teacher\'s preset name (e.g. ResNet-11_28px) or model .py file.')
+
+
+def load_teacher(config: Any, num_classes: int, mesh: Mesh) -> Optional[Teacher]:
+  """The teacher of `config.distill` fitted to `pp.crop` inputs, or None when not distilling."""
+  if not config.distill.teacher_path:
+    return None
+  loaded = features.load_model(config.distill.teacher_path, config.distill.teacher_model,
+                               config.pp.crop)
+  if loaded.num_classes != num_classes:
+    raise ValueError(f'The teacher {config.distill.teacher_path} has {loaded.num_classes} '
+                     f'classes and the dataset {num_classes}; distil from a teacher trained on '
+                     'the same labels.')
+  return Teacher(loaded.model, parallel.put_replicated(loaded.params, mesh))
