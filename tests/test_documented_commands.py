@@ -2,7 +2,8 @@
 
 Each command runs as printed, in a scratch directory that links `configs/`, with three changes:
 - the `runlocal` shrink switch is added to its `--config=FILE[:ARG]` (`config_lib.shrink`: a
-  one-block model of the same family and token stride, 2 steps of batch 8);
+  one-block model of the same family and token stride, 2 steps of batch 8) and to a study's
+  `--grid=FILE[:ARG]` (a few such runs);
 - the paths the docs use for the user's files (/data/..., cat.jpg, my_photos/) point at a
   generated image folder, images and a small published-format npz;
 - downloads are pre-placed in the checkpoint cache (`$VIT_JAX_CHECKPOINTS`), and TFDS datasets
@@ -60,9 +61,9 @@ DOCUMENTED = sorted(set(readme_commands() + docstring_commands()))
 
 
 def with_runlocal(command):
-  """--config=FILE → FILE:runlocal; --config=FILE:ARG → FILE:ARG,runlocal."""
-  return re.sub(r'--config=(\S+?\.py)(?::(\S+))?(?=\s|$)',
-                lambda m: f'--config={m[1]}:{m[2] + "," if m[2] else ""}runlocal', command)
+  """--config=FILE → FILE:runlocal; --config=FILE:ARG → FILE:ARG,runlocal (--grid= too)."""
+  return re.sub(r'--(config|grid)=(\S+?\.py)(?::(\S+))?(?=\s|$)',
+                lambda m: f'--{m[1]}={m[2]}:{m[3] + "," if m[3] else ""}runlocal', command)
 
 
 def write_images(folder, count, size=40, seed=0):

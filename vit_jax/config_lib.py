@@ -149,7 +149,10 @@ def shrink(config: ml_collections.ConfigDict) -> None:
   batch 8 at the input size that gives a 2x2 token grid; checkpoints, eval and export all run.
   """
   model = config.model
-  if presets.is_mixer(model):
+  if presets.is_resnet(model):  # One unit per stage at GroupNorm's smallest width (32).
+    model.update(dict(stage_sizes=(1,) * len(model.stage_sizes), width_factor=.5))
+    stride = presets.token_stride(model)
+  elif presets.is_mixer(model):
     model.update(dict(hidden_dim=16, num_blocks=1, tokens_mlp_dim=8, channels_mlp_dim=16))
     stride = model.patches.size[0]
   else:

@@ -156,7 +156,11 @@ def token_grid(model_config: Any, image_size: Sequence[int]) -> Tuple[int, int]:
 
 
 def token_stride(model_config: Any) -> int:
-  """Input pixels per token along each axis: the patch size, times a hybrid's downscaling."""
+  """Input pixels per token along each axis: the patch size, times a hybrid's downscaling (for a
+  plain ResNet: input pixels per cell of its last feature map)."""
+  if is_resnet(model_config):
+    return model_config['root_stride'] * 2 ** (
+        bool(model_config['root_pool']) + max(len(model_config['stage_sizes']) - 1, 0))
   ph, _ = model_config['patches']['size']
   resnet = model_config.get('resnet')
   return ph * (2 ** (2 + max(len(resnet['num_layers']) - 1, 0)) if resnet is not None else 1)

@@ -1,0 +1,448 @@
+r"""Runs a grid of training runs one by one, resumably, and tabulates them from their run dirs.
+
+  python -m vit_jax.study --grid=configs/study_fashion_mnist.py --out=runs/study
+  python -m vit_jax.study --grid=configs/study_fashion_mnist.py --out=runs/study --report \
+    --report_dir=docs/study --doc=docs/small_data_study.md
+
+A grid file (a config file with `get_grid(arg) -> Grid`) lists runs: a name and the exact
+`python -m vit_jax.main --config=...` command, with `{out}` standing for `--out` (so a run can
+name another's params.npz as its teacher or its pretrained weights; list that one first). Each
+run's workdir is `out/<name>`; a run is finished when its `params.npz` and `metadata.json` exist,
+and is then skipped. An unfinished one is started again with the same command, which resumes it
+from its orbax checkpoint. Every attempt's wall time and exit code go to `out/<name>/study.json`,
+its output to `out/<name>/study.log`.
+
+The report (after running, or `--report` alone) reads only the run directories: a markdown
+table per `Table` of the grid (mean ± sample std over the runs of a cell, e.g. over seeds; each
+cell names its runs), a line or bar plot per table (PNG), and a list of every run with its
+command, accuracy and wall time. `--doc` replaces the block between `<!-- study:begin -->` and
+`<!-- study:end -->` of a markdown file with that report, so the numbers in the write-up are
+generated, never typed.
+
+Grids may also need image folders of Fashion-MNIST (class subsets for pretraining on some
+classes and fine-tuning on the others): `Grid.folders` names the root that `prepare_folders`
+writes once from the local idx files (vit_jax.fashion_mnist), before the first run.
+"""
+
+import dataclasses
+import importlib.util
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+from absl import app
+from absl import flags
+
+STATE_FILE = 'study.json'
+LOG_FILE = 'study.log'
+DOC_BEGIN, DOC_END = '<!-- study:begin -->', '<!-- study:end -->'
+FOLDERS_DONE = 'prepared.json'
+FASHION_MNIST_NAME = 'fashion_mnist'
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One training run: `out/<name>` runs `command` (`{out}` is replaced by the output folder).
+
+  `tags` place it in tables (e.g. model='ViT', pct=1, seed=0).
+  """
+  name: str
+  command: str
+  tags: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+  """A table of the report: rows by tag `row`, columns by tag `col`, of the runs matching `where`
+  (tag → value, or a tuple of allowed values) that have both tags.
+
+  A cell is the mean ± std of test accuracy (in %) over its runs (the seeds).
+  """
+  name: str
+  title: str
+  row: str
+  col: str
+  where: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  col_label: str = ''
+  log_x: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+  """What a grid file's `get_grid(arg)` returns.
+
+  `folders` (with `{out}`) is where `prepare_folders` writes Fashion-MNIST as image folders
+  (None: the grid needs none); `folder_limit` keeps that many images per class and split (0 =
+  all; for smoke runs).
+  """
+  runs: Sequence[Run]
+  tables: Sequence[Table] = ()
+  folders: Optional[str] = None
+  folder_limit: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+  """What a run directory says about its run (accuracy None while unfinished)."""
+  accuracy: Optional[float]
+  num_examples: Optional[int]
+  wall_s: float
+  attempts: int
+
+
+def load_grid(spec: str) -> Grid:
+  """`path.py[:arg]` → the file's `get_grid(arg)`, checked for unique, path-safe names."""
+  path, _, arg = spec.partition(':')
+  if not os.path.isfile(path):
+    raise ValueError(f'Grid file {path!r} does not exist; pass --grid=configs/FILE.py[:ARG].')
+  module_spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  if not hasattr(module, 'get_grid'):
+    raise ValueError(f'{path} has no get_grid(arg); a grid file returns vit_jax.study.Grid.')
+  grid = module.get_grid(arg)
+  names = [r.name for r in grid.runs]
+  duplicates = sorted({n for n in names if names.count(n) > 1})
+  bad = [n for n in names if not re.fullmatch(r'[\w.+-]+', n)]
+  if duplicates or bad:
+    raise ValueError(f'{path}: run names must be unique and path-safe ([A-Za-z0-9_.+-]); '
+                     f'duplicates {duplicates}, bad {bad}.')
+  return grid
+
+
+def command_argv(run: Run, out: str, python: str = sys.executable) -> List[str]:
+  """The argv of `run` in `out/<name>`: `{out}` filled, `python` = this interpreter, workdir."""
+  argv = shlex.split(run.command.replace('{out}', out))
+  if argv[:1] == ['python']:
+    argv[0] = python
+  return argv + [f'--workdir={os.path.join(out, run.name)}']
+
+
+def is_finished(workdir: str) -> bool:
+  """A run that exported its params (train.py writes metadata.json last)."""
+  return all(os.path.isfile(os.path.join(workdir, f)) for f in ('params.npz', 'metadata.json'))
+
+
+def read_state(workdir: str) -> Dict[str, Any]:
+  path = os.path.join(workdir, STATE_FILE)
+  if not os.path.isfile(path):
+    return {'attempts': []}
+  with open(path) as f:
+    return json.load(f)
+
+
+def record_attempt(workdir: str, command: str, wall_s: float, returncode: int) -> None:
+  """Appends one attempt (start, wall seconds, exit code) to `workdir/study.json`."""
+  state = read_state(workdir)
+  state['command'] = command
+  state['attempts'].append({'finished_at': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()),
+                            'wall_s': round(wall_s, 2), 'returncode': returncode})
+  tmp = os.path.join(workdir, f'{STATE_FILE}.tmp')
+  with open(tmp, 'w') as f:
+    json.dump(state, f, indent=1)
+  os.replace(tmp, os.path.join(workdir, STATE_FILE))
+
+
+def execute(run: Run, out: str, python: str = sys.executable) -> int:
+  """Runs `run` as a subprocess (output appended to its study.log); returns its exit code.
+
+  SIGTERM/SIGINT to the runner are passed on as SIGTERM (the trainer then checkpoints and
+  stops), and the attempt is recorded before the runner exits.
+  """
+  workdir = os.path.join(out, run.name)
+  os.makedirs(workdir, exist_ok=True)
+  argv = command_argv(run, out, python)
+  start = time.time()
+  with open(os.path.join(workdir, LOG_FILE), 'a') as log:
+    log.write(f'\n$ {shlex.join(argv)}\n')
+    log.flush()
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    try:
+      returncode = proc.wait()
+    except KeyboardInterrupt:
+      proc.send_signal(signal.SIGTERM)
+      returncode = proc.wait()
+      record_attempt(workdir, shlex.join(argv), time.time() - start, returncode)
+      raise
+  record_attempt(workdir, shlex.join(argv), time.time() - start, returncode)
+  return returncode
+
+
+def run_grid(grid: Grid, out: str, *, python: str = sys.executable,
+             log: Callable[[str], None] = print) -> List[str]:
+  """Runs the unfinished runs of `grid` in order; returns the names of those that failed."""
+  if grid.folders:
+    prepare_folders(grid.folders.replace('{out}', out), limit=grid.folder_limit, log=log)
+  failed = []
+  for i, run in enumerate(grid.runs):
+    workdir = os.path.join(out, run.name)
+    if is_finished(workdir):
+      log(f'[{i + 1}/{len(grid.runs)}] {run.name}: finished, skipped')
+      continue
+    log(f'[{i + 1}/{len(grid.runs)}] {run.name}: {run.command}')
+    start = time.time()
+    returncode = execute(run, out, python)
+    status = 'done' if returncode == 0 and is_finished(workdir) else f'FAILED ({returncode})'
+    log(f'[{i + 1}/{len(grid.runs)}] {run.name}: {status} in {time.time() - start:.0f}s '
+        f'(log: {os.path.join(workdir, LOG_FILE)})')
+    if status != 'done':
+      failed.append(run.name)
+  return failed
+
+
+def read_result(workdir: str) -> Result:
+  """Test accuracy from metadata.json (written with params.npz) and wall time from study.json."""
+  attempts = read_state(workdir)['attempts']
+  wall = float(sum(a['wall_s'] for a in attempts))
+  path = os.path.join(workdir, 'metadata.json')
+  if not is_finished(workdir):
+    return Result(None, None, wall, len(attempts))
+  with open(path) as f:
+    meta = json.load(f)
+  return Result(meta.get('accuracy'), meta.get('num_examples'), wall, len(attempts))
+
+
+def mean_std(values: Sequence[float]) -> Tuple[float, float]:
+  """Mean and sample standard deviation (0 for a single value)."""
+  array = np.asarray(values, np.float64)
+  return float(array.mean()), float(array.std(ddof=1)) if len(array) > 1 else 0.
+
+
+def table_cells(table: Table, runs: Sequence[Run], results: Mapping[str, Result]
+                ) -> Tuple[List[Any], List[Any], Dict[Tuple[Any, Any], List[str]]]:
+  """(row values, column values, {(row, col): run names}) in the order the grid lists them."""
+  rows, cols, cells = [], [], {}
+  for run in runs:
+    if not all(_matches(run.tags.get(k), v) for k, v in table.where.items()):
+      continue
+    if table.row not in run.tags or table.col not in run.tags:
+      continue
+    r, c = run.tags[table.row], run.tags[table.col]
+    rows += [r] if r not in rows else []
+    cols += [c] if c not in cols else []
+    cells.setdefault((r, c), []).append(run.name)
+  return rows, cols, cells
+
+
+def _matches(value: Any, wanted: Any) -> bool:
+  """A tag matches a value, or one of a tuple of values."""
+  return value in wanted if isinstance(wanted, tuple) else value == wanted
+
+
+def format_cell(names: Sequence[str], results: Mapping[str, Result]) -> str:
+  """'87.12 ± 0.31 (vit_p1_s0, vit_p1_s1)'; unfinished runs are named, not averaged."""
+  done = [results[n].accuracy for n in names if results[n].accuracy is not None]
+  missing = [n for n in names if results[n].accuracy is None]
+  if not done:
+    text = 'not run'
+  else:
+    mean, std = mean_std([100 * a for a in done])
+    text = f'{mean:.2f} ± {std:.2f}' if len(done) > 1 else f'{mean:.2f}'
+  if missing:
+    text += f' ({len(missing)} unfinished)'
+  return f'{text} <sub>{" ".join(names)}</sub>'
+
+
+def table_markdown(table: Table, runs: Sequence[Run], results: Mapping[str, Result]) -> str:
+  """The table as markdown: a column per `col` value, a row per `row` value."""
+  rows, cols, cells = table_cells(table, runs, results)
+  header = [table.row] + [f'{table.col_label}{c}' for c in cols]
+  lines = ['| ' + ' | '.join(header) + ' |', '|' + ' --- |' * len(header)]
+  for r in rows:
+    values = [format_cell(cells[(r, c)], results) if (r, c) in cells else '' for c in cols]
+    lines.append('| ' + ' | '.join([str(r)] + values) + ' |')
+  return '\n'.join(lines)
+
+
+def plot_table(table: Table, runs: Sequence[Run], results: Mapping[str, Result],
+               png_path: str) -> None:
+  """Accuracy per row over the columns: lines over numeric columns, grouped bars otherwise."""
+  import matplotlib  # Imported lazily: the runner itself does not plot.
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt
+  rows, cols, cells = table_cells(table, runs, results)
+  numeric = all(isinstance(c, (int, float)) for c in cols)
+  fig, ax = plt.subplots(figsize=(6.4, 4))
+  for i, r in enumerate(rows):
+    xs, means, stds = [], [], []
+    for j, c in enumerate(cols):
+      done = [100 * results[n].accuracy for n in cells.get((r, c), ())
+              if results[n].accuracy is not None]
+      if done:
+        mean, std = mean_std(done)
+        xs.append(c if numeric else j + (i - (len(rows) - 1) / 2) * 0.8 / len(rows))
+        means.append(mean)
+        stds.append(std)
+    if numeric:
+      ax.errorbar(xs, means, yerr=stds, marker='o', capsize=3, label=str(r))
+    else:
+      ax.bar(xs, means, width=0.8 / len(rows), yerr=stds, capsize=3, label=str(r))
+  if numeric and table.log_x:
+    ax.set_xscale('log')
+  if numeric:
+    ax.set_xticks(cols, [str(c) for c in cols])
+  else:
+    ax.set_xticks(range(len(cols)), [str(c) for c in cols])
+  ax.set(xlabel=table.col_label or table.col, ylabel='test accuracy (%)', title=table.title)
+  ax.grid(alpha=.3)
+  ax.legend(fontsize='small')
+  fig.tight_layout()
+  fig.savefig(png_path, dpi=100)
+  plt.close(fig)
+
+
+def runs_markdown(runs: Sequence[Run], results: Mapping[str, Result], out: str) -> str:
+  """Every run: its directory, accuracy, wall time (all attempts) and exact command."""
+  lines = ['| run dir | test accuracy (%) | examples | wall time | command |',
+           '| --- | --- | --- | --- | --- |']
+  for run in runs:
+    result = results[run.name]
+    accuracy = f'{100 * result.accuracy:.2f}' if result.accuracy is not None else 'unfinished'
+    lines.append(f'| {os.path.join(out, run.name)} | {accuracy} | {result.num_examples or ""} | '
+                 f'{_fmt_wall(result.wall_s)} | `{run.command.replace("{out}", out)}` |')
+  return '\n'.join(lines)
+
+
+def _fmt_wall(seconds: float) -> str:
+  return f'{int(seconds) // 60}m{int(seconds) % 60:02d}s'
+
+
+def report_markdown(grid: Grid, out: str, report_dir: str, image_dir: str) -> str:
+  """The whole report (tables with plots, then every run); writes the PNGs into `report_dir`.
+
+  `image_dir` is how the markdown refers to `report_dir` (relative to where it is read).
+  """
+  results = {run.name: read_result(os.path.join(out, run.name)) for run in grid.runs}
+  os.makedirs(report_dir, exist_ok=True)
+  total = sum(r.wall_s for r in results.values())
+  done = sum(r.accuracy is not None for r in results.values())
+  parts = [f'{done} of {len(grid.runs)} runs finished; total wall time {_fmt_wall(total)} '
+           f'({total / 3600:.2f} h). Generated by `python -m vit_jax.study --report` from the run '
+           f'directories under `{out}`.']
+  for table in grid.tables:
+    png = f'{table.name}.png'
+    plot_table(table, grid.runs, results, os.path.join(report_dir, png))
+    parts += [f'### {table.title}', table_markdown(table, grid.runs, results),
+              f'![{table.title}]({image_dir}/{png})']
+  parts += ['### Every run', runs_markdown(grid.runs, results, out)]
+  return '\n\n'.join(parts) + '\n'
+
+
+def write_into_doc(doc: str, text: str) -> None:
+  """Replaces the text between the DOC_BEGIN and DOC_END markers of `doc` with `text`."""
+  with open(doc) as f:
+    content = f.read()
+  begin, end = content.find(DOC_BEGIN), content.find(DOC_END)
+  if begin < 0 or end < begin:
+    raise ValueError(f'{doc} lacks the markers {DOC_BEGIN} ... {DOC_END}; add them where the '
+                     'generated tables go.')
+  content = content[:begin + len(DOC_BEGIN)] + '\n' + text + content[end:]
+  with open(doc, 'w') as f:
+    f.write(content)
+
+
+def folder_name(classes: Optional[Sequence[int]] = None) -> str:
+  """'fashion_mnist' (all classes) or 'fashion_mnist_0-4' (a contiguous class subset)."""
+  return FASHION_MNIST_NAME if classes is None else (
+      f'{FASHION_MNIST_NAME}_{min(classes)}-{max(classes)}')
+
+
+def class_folder(label: int, name: str) -> str:
+  """'0_t-shirt_top': the label first, so sorted folders keep Fashion-MNIST's label order."""
+  return f'{label}_' + re.sub(r'[^a-z0-9]+', '_', name.lower()).strip('_')
+
+
+def prepare_folders(root: str, *, limit: int = 0,
+                    subsets: Sequence[Sequence[int]] = (range(0, 5), range(5, 10)),
+                    source_dir: Optional[str] = None,
+                    log: Callable[[str], None] = print) -> None:
+  """Writes Fashion-MNIST as `root/fashion_mnist/{train,test}/<label>_<name>/<index>.png`, once.
+
+  Each class subset gets `root/fashion_mnist_<a>-<b>/{train,test}/` whose class folders link to
+  those, so pretraining on classes 0-4 and fine-tuning on 5-9 read the same files. `limit` > 0
+  keeps the first `limit` images of each class and split (smoke runs).
+  """
+  from PIL import Image  # Only here: the runner itself needs no imaging library.
+  from vit_jax import fashion_mnist
+  if os.path.isfile(os.path.join(root, FOLDERS_DONE)):
+    return
+  source = fashion_mnist.find_source_dir(source_dir)
+  names = _label_names()
+  log(f'Writing Fashion-MNIST from {source} as image folders under {root} (once) ...')
+  counts = {}
+  for split in fashion_mnist.FILENAMES:
+    images, labels = fashion_mnist.load_split(source, split)
+    for label in range(len(names)):
+      folder = os.path.join(root, folder_name(), split, class_folder(label, names[label]))
+      os.makedirs(folder, exist_ok=True)
+      indices = np.flatnonzero(labels == label)[:limit or None]
+      for i in indices:
+        Image.fromarray(images[i, :, :, 0]).save(os.path.join(folder, f'{i:05d}.png'))
+      counts[f'{split}/{label}'] = len(indices)
+    for subset in subsets:
+      for label in subset:
+        link = os.path.join(root, folder_name(subset), split, class_folder(label, names[label]))
+        os.makedirs(os.path.dirname(link), exist_ok=True)
+        if not os.path.islink(link):
+          os.symlink(os.path.join('..', '..', folder_name(), split, os.path.basename(link)), link)
+  with open(os.path.join(root, FOLDERS_DONE), 'w') as f:
+    json.dump({'source': source, 'limit': limit, 'counts': counts}, f, indent=1)
+
+
+def _label_names() -> List[str]:
+  path = os.path.join(os.path.dirname(__file__), 'labels', 'fashion_mnist.txt')
+  with open(path) as f:
+    return [line.strip() for line in f if line.strip()]
+
+
+_GRID = flags.DEFINE_string('grid', None, 'Grid file: path.py[:arg] with get_grid(arg).')
+_OUT = flags.DEFINE_string('out', 'runs/study', 'Folder of the run directories (out/<name>).')
+_REPORT = flags.DEFINE_bool('report', False, 'Only write the report from existing runs.')
+_REPORT_DIR = flags.DEFINE_string('report_dir', None, 'Where the PNGs and report.md go '
+                                  '(default: --out).')
+_DOC = flags.DEFINE_string('doc', None, 'A markdown file whose study:begin/end block receives '
+                           'the report (image links relative to it).')
+
+
+def _interrupt(signum, frame) -> None:
+  raise KeyboardInterrupt(f'signal {signum}')
+
+
+def main(argv: Sequence[str]) -> int:
+  # SIGTERM (e.g. `kill` of a background runner) stops the current run at a checkpoint too.
+  signal.signal(signal.SIGTERM, _interrupt)
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  if not _GRID.value:
+    raise app.UsageError('--grid=FILE.py[:ARG] is required.')
+  try:
+    grid = load_grid(_GRID.value)
+    failed = [] if _REPORT.value else run_grid(grid, _OUT.value)
+    report_dir = _REPORT_DIR.value or _OUT.value
+    doc_dir = os.path.dirname(os.path.abspath(_DOC.value)) if _DOC.value else report_dir
+    text = report_markdown(grid, _OUT.value, report_dir,
+                           os.path.relpath(report_dir, doc_dir) if _DOC.value else '.')
+    with open(os.path.join(report_dir, 'report.md'), 'w') as f:
+      f.write(text)
+    if _DOC.value:
+      write_into_doc(_DOC.value, text)
+  except ValueError as e:
+    print(f'error: {str(e).splitlines()[0]}', file=sys.stderr)
+    return 1
+  print(f'Report: {os.path.join(report_dir, "report.md")}')
+  if failed:
+    print(f'{len(failed)} run(s) failed: {", ".join(failed)}; see their study.log, fix, rerun.',
+          file=sys.stderr)
+    return 1
+  return 0
+
+
+if __name__ == '__main__':
+  app.run(lambda argv: sys.exit(main(argv)))
