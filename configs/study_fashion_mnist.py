@@ -4,8 +4,8 @@ What: does a ViT lose to a CNN of similar cost when data is small, and what help
 takes the same number of steps of batch 128 whatever its data size (rule: equal compute; 1% of
 the training set is then ~128 epochs, 100% about one). All evaluate once, at the end, on the
 full test set of their classes. Arms (get_grid):
-- data: ViT (the quickstart's 0.54M ViT, patch 7, 4x4 tokens at 28px), hybrid (ResNet root +
-  2x2 patches at 32px: 4x4 tokens, 0.55M) and ResNet (`ResNet-11_28px`, 0.50M) on 1/5/20/100%
+- data: ViT (the quickstart's 0.55M ViT, patch 7, 4x4 tokens at 28px), hybrid (ResNet root +
+  2x2 patches at 32px: 4x4 tokens, 0.58M) and ResNet (`ResNet-11_28px`, 0.50M) on 1/5/20/100%
   of the training set (class-balanced slices of the image folders);
 - remedies for the ViT at 1% and 5%: RandAugment(2, 10) + pad/flip + Mixup 0.2; stochastic depth
   0.2 + weight decay 0.3 (not 0.05); hard distillation from the ResNet of the same slice and
@@ -126,13 +126,15 @@ def get_grid(arg: str = '') -> study.Grid:
   """All arms; `seeds=N` (default 2), `steps=N` (600), `runlocal` (4 smoke runs)."""
   parts, runlocal = config_lib.parse_arg(arg)
   opts = dict(seeds='2', steps='600')
-  opts.update(p.split('=', 1) for p in parts)
+  for part in parts:
+    key, sep, value = part.partition('=')
+    if not sep or key not in opts:
+      raise ValueError(f'Bad grid arg {part!r}; use seeds=N, steps=N and/or runlocal.')
+    opts[key] = value
   base = dict(steps=opts['steps'], root='{out}/data', runlocal='1' if runlocal else '')
-  if runlocal:
-    runs = smoke_runs(base)
-  else:
-    runs = data_runs(base, int(opts['seeds'])) + remedy_runs(base, int(opts['seeds'])) + (
-        pretrain_runs(base, int(opts['seeds'])) + posemb_runs(base, int(opts['seeds'])))
+  runs = smoke_runs(base) if runlocal else [
+      r for s in range(int(opts['seeds']))  # Seed by seed: a cut grid still has every arm.
+      for arm in (data_runs, remedy_runs, pretrain_runs, posemb_runs) for r in arm(base, s)]
   return study.Grid(runs=runs, tables=TABLES, folders='{out}/data', folder_limit=8 * runlocal)
 
 
@@ -140,7 +142,7 @@ def run(name: str, tags: Dict, base: Dict, **values) -> study.Run:
   return study.Run(name, command(**base, **values), tags)
 
 
-def data_runs(base: Dict, seeds: int) -> List[study.Run]:
+def data_runs(base: Dict, s: int) -> List[study.Run]:
   """ViT, hybrid and ResNet on 1/5/20/100% (ResNets first: they teach the distilled ViTs)."""
   names = {'resnet': 'ResNet', 'vit': 'ViT', 'hybrid': 'hybrid'}
   # The same runs are the remedies' baseline and hybrid-stem rows and the posemb 'learn' row.
@@ -148,44 +150,43 @@ def data_runs(base: Dict, seeds: int) -> List[study.Run]:
            'resnet': dict(remedy='ResNet (reference)')}
   return [run(f'{m}_p{p}_s{s}', dict(arm='data', model=names[m], pct=p, seed=s, **extra[m]),
               base, model=m, pct=p, seed=s)
-          for m in names for p in (1, 5, 20, 100) for s in range(seeds)]
+          for m in names for p in (1, 5, 20, 100)]
 
 
-def remedy_runs(base: Dict, seeds: int) -> List[study.Run]:
+def remedy_runs(base: Dict, s: int) -> List[study.Run]:
   """The ViT's remedies at 1% and 5% (the baseline and hybrid cells are the data arm's runs)."""
   runs = []
   for p in (1, 5):
-    for s in range(seeds):
-      teacher = f' --config.distill.teacher_path={{out}}/resnet_p{p}_s{s}/params.npz'
-      runs += [run(f'vit_p{p}_s{s}_aug', dict(remedy='RandAug+Mixup', pct=p, seed=s), base,
-                   model='vit', pct=p, seed=s, remedy='aug'),
-               run(f'vit_p{p}_s{s}_reg', dict(remedy='stoch. depth+wd', pct=p, seed=s), base,
-                   model='vit', pct=p, seed=s, remedy='reg'),
-               run(f'vit_p{p}_s{s}_distill', dict(remedy='hard distill (ResNet)', pct=p, seed=s),
-                   base, model='vit', pct=p, seed=s, remedy='distill', extra=teacher),
-               run(f'vit4_p{p}_s{s}', dict(remedy='patch 4 (7x7 tokens)', pct=p, seed=s), base,
-                   model='vit4', pct=p, seed=s)]
+    teacher = f' --config.distill.teacher_path={{out}}/resnet_p{p}_s{s}/params.npz'
+    runs += [run(f'vit_p{p}_s{s}_aug', dict(remedy='RandAug+Mixup', pct=p, seed=s), base,
+                 model='vit', pct=p, seed=s, remedy='aug'),
+             run(f'vit_p{p}_s{s}_reg', dict(remedy='stoch. depth+wd', pct=p, seed=s), base,
+                 model='vit', pct=p, seed=s, remedy='reg'),
+             run(f'vit_p{p}_s{s}_distill', dict(remedy='hard distill (ResNet)', pct=p, seed=s),
+                 base, model='vit', pct=p, seed=s, remedy='distill', extra=teacher),
+             run(f'vit4_p{p}_s{s}', dict(remedy='patch 4 (7x7 tokens)', pct=p, seed=s), base,
+                 model='vit4', pct=p, seed=s)]
   return runs
 
 
-def pretrain_runs(base: Dict, seeds: int) -> List[study.Run]:
-  """ViT on classes 0-4 (all), then on 5-9 at 1%/10%: fine-tuned from it vs from scratch."""
-  runs = [run('vit_c0-4_pretrain', dict(arm='pretrain'), base, model='vit', classes='0-4')]
+def pretrain_runs(base: Dict, s: int) -> List[study.Run]:
+  """ViT on classes 0-4 (all; once), then on 5-9 at 1%/10%: fine-tuned from it vs scratch."""
+  runs = [run('vit_c0-4_pretrain', dict(arm='pretrain'), base, model='vit', classes='0-4')
+          ] if s == 0 else []
   init = ' --config.pretrained_path={out}/vit_c0-4_pretrain/params.npz'
   for p in (1, 10):
-    for s in range(seeds):
-      runs += [run(f'vit_c5-9_p{p}_s{s}_scratch', dict(init='from scratch', pct=p, seed=s), base,
-                   model='vit', classes='5-9', pct=p, seed=s),
-               run(f'vit_c5-9_p{p}_s{s}_finetune', dict(init='pretrained on 0-4', pct=p, seed=s),
-                   base, model='vit', classes='5-9', pct=p, seed=s, extra=init)]
+    runs += [run(f'vit_c5-9_p{p}_s{s}_scratch', dict(init='from scratch', pct=p, seed=s), base,
+                 model='vit', classes='5-9', pct=p, seed=s),
+             run(f'vit_c5-9_p{p}_s{s}_finetune', dict(init='pretrained on 0-4', pct=p, seed=s),
+                 base, model='vit', classes='5-9', pct=p, seed=s, extra=init)]
   return runs
 
 
-def posemb_runs(base: Dict, seeds: int) -> List[study.Run]:
+def posemb_runs(base: Dict, s: int) -> List[study.Run]:
   """Position embeddings at 5% and 100% ('learn' cells are the data arm's ViT runs)."""
   return [run(f'vit_p{p}_s{s}_pe-{pe}', dict(posemb=pe, pct=p, seed=s), base,
               model='vit', pct=p, seed=s, posemb=pe)
-          for p in (5, 100) for pe in POSEMBS[1:] for s in range(seeds)]
+          for p in (5, 100) for pe in POSEMBS[1:]]
 
 
 def smoke_runs(base: Dict) -> List[study.Run]:
