@@ -402,15 +402,6 @@ def _label_names() -> List[str]:
     return [line.strip() for line in f if line.strip()]
 
 
-_GRID = flags.DEFINE_string('grid', None, 'Grid file: path.py[:arg] with get_grid(arg).')
-_OUT = flags.DEFINE_string('out', 'runs/study', 'Folder of the run directories (out/<name>).')
-_REPORT = flags.DEFINE_bool('report', False, 'Only write the report from existing runs.')
-_REPORT_DIR = flags.DEFINE_string('report_dir', None, 'Where the PNGs and report.md go '
-                                  '(default: --out).')
-_DOC = flags.DEFINE_string('doc', None, 'A markdown file whose study:begin/end block receives '
-                           'the report (image links relative to it).')
-
-
 def _interrupt(signum, frame) -> None:
   raise KeyboardInterrupt(f'signal {signum}')
 
@@ -420,19 +411,20 @@ def main(argv: Sequence[str]) -> int:
   signal.signal(signal.SIGTERM, _interrupt)
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  if not _GRID.value:
+  f = flags.FLAGS
+  if not f.grid:
     raise app.UsageError('--grid=FILE.py[:ARG] is required.')
   try:
-    grid = load_grid(_GRID.value)
-    failed = [] if _REPORT.value else run_grid(grid, _OUT.value)
-    report_dir = _REPORT_DIR.value or _OUT.value
-    doc_dir = os.path.dirname(os.path.abspath(_DOC.value)) if _DOC.value else report_dir
-    text = report_markdown(grid, _OUT.value, report_dir,
-                           os.path.relpath(report_dir, doc_dir) if _DOC.value else '.')
-    with open(os.path.join(report_dir, 'report.md'), 'w') as f:
-      f.write(text)
-    if _DOC.value:
-      write_into_doc(_DOC.value, text)
+    grid = load_grid(f.grid)
+    failed = [] if f.report else run_grid(grid, f.out)
+    report_dir = f.report_dir or f.out
+    doc_dir = os.path.dirname(os.path.abspath(f.doc)) if f.doc else report_dir
+    text = report_markdown(grid, f.out, report_dir,
+                           os.path.relpath(report_dir, doc_dir) if f.doc else '.')
+    with open(os.path.join(report_dir, 'report.md'), 'w') as out:
+      out.write(text)
+    if f.doc:
+      write_into_doc(f.doc, text)
   except ValueError as e:
     print(f'error: {str(e).splitlines()[0]}', file=sys.stderr)
     return 1
@@ -444,5 +436,18 @@ def main(argv: Sequence[str]) -> int:
   return 0
 
 
-if __name__ == '__main__':
+def run() -> None:
+  """The command line. Flags are defined here, not at import: grid files import this module,
+  which `python -m` has already loaded once as `__main__`."""
+  flags.DEFINE_string('grid', None, 'Grid file: path.py[:arg] with get_grid(arg).')
+  flags.DEFINE_string('out', 'runs/study', 'Folder of the run directories (out/<name>).')
+  flags.DEFINE_bool('report', False, 'Only write the report from existing runs.')
+  flags.DEFINE_string('report_dir', None, 'Where the PNGs and report.md go (default: --out).')
+  flags.DEFINE_string('doc', None, 'A markdown file whose study:begin/end block receives the '
+                      'report (image links relative to it).')
   app.run(lambda argv: sys.exit(main(argv)))
+
+
+if __name__ == '__main__':
+  from vit_jax import study  # The one copy the grid file's Run/Grid/Table come from.
+  study.run()
