@@ -5,6 +5,8 @@ import math
 import importlib.util
 import os
 import re
+import subprocess
+import sys
 
 import ml_collections
 import pytest
@@ -112,3 +114,17 @@ def test_fashion_mnist_full_runs_stage_one_alone():
   assert alone.to_dict() == both.pretrain.to_dict()
   with pytest.raises(ValueError, match='Unknown stages'):
     module.get_config('finetune')
+
+
+@pytest.mark.parametrize('name', ['vit_b16_cifar10.py', 'vit.py', 'augreg.py',
+                                  'fashion_mnist_quickstart.py'])
+def test_loading_a_config_imports_no_jax(name):
+  """Configs are data: building one must not pay for importing jax, flax, scipy or TF."""
+  path = os.path.join(ROOT, 'configs', name)
+  code = ('import importlib.util, sys; '
+          f's = importlib.util.spec_from_file_location("c", {path!r}); '
+          'm = importlib.util.module_from_spec(s); s.loader.exec_module(m); m.get_config(); '
+          'print(sorted(k for k in sys.modules if k.split(".")[0] in '
+          '("jax", "flax", "scipy", "tensorflow")))')
+  out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
+  assert out.stdout.strip() == '[]', out.stdout
