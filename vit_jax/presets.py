@@ -70,7 +70,7 @@ def _mixer(name: str, patch: int, hidden: int, blocks: int, tokens_mlp: int,
 def _resnet(name: str, stage_sizes: Sequence[int], width_factor: float, *, root_kernel: int = 7,
             root_stride: int = 2, root_pool: bool = True) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(
-      model_name=name, stage_sizes=tuple(stage_sizes), width_factor=width_factor,
+      model_name=name, stage_sizes=tuple(stage_sizes), width_factor=float(width_factor),
       root_kernel=root_kernel, root_stride=root_stride, root_pool=root_pool))
 
 
