@@ -12,6 +12,7 @@ import ml_collections
 import pytest
 
 from vit_jax import config_lib
+from vit_jax import presets
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG_FILES = sorted(glob.glob(os.path.join(ROOT, 'configs', '*.py')))
@@ -128,3 +129,14 @@ def test_loading_a_config_imports_no_jax(name):
           '("jax", "flax", "scipy", "tensorflow")))')
   out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
   assert out.stdout.strip() == '[]', out.stdout
+
+
+@pytest.mark.parametrize('arg, crop', [('s16,fashion_mnist', 384), ('b16,cifar10', 384),
+                                       ('b16,/data/my_images', 384), ('h14,cifar10', 392),
+                                       ('r_ti16,cifar100', 384), ('b32,oxford_iiit_pet', 384)])
+def test_fine_tuning_resolution_follows_the_model(arg, crop):
+  """The published fine-tuning resolution in whole tokens, whatever the dataset's image size."""
+  module, _ = load_config(os.path.join(ROOT, 'configs', 'vit.py'))
+  config = module.get_config(arg)
+  assert config.pp.crop == crop
+  assert crop % presets.token_stride(config.model) == 0

@@ -392,8 +392,10 @@ def fit_posemb(params: Params, model_config: Any, grid_shape: Sequence[int]) -> 
   """
   posembed = params.get('Transformer', {}).get('posembed_input') if 'Transformer' in params \
       else None
+  if not posembed:  # Mixer, ResNet, or no learned position embeddings: nothing to fit.
+    return params
   prefix = num_prefix_tokens(model_config)
-  if not posembed or prefix != (1 if 'cls' in params else 0):
+  if prefix != (1 if 'cls' in params else 0):
     return params
   gh, gw = grid_shape
   fitted = dict(posembed)
