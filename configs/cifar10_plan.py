@@ -43,19 +43,21 @@ def from_scratch(model: ml_collections.ConfigDict, crop: int) -> ml_collections.
   return config
 
 
-def get_config(arm: str = 'vit_small'):
+def get_config(arg: str = 'vit_small'):
+  parts, runlocal = config_lib.parse_arg(arg)
+  arm = parts[0] if parts else 'vit_small'
   if arm == 'vit_small':
     model = config_lib.small_vit('ViT-CIFAR_4', patch=4, hidden=384, layers=6, mlp=1536,
                                  heads=6)
-    return from_scratch(model, 32).lock()
+    return config_lib.finish(from_scratch(model, 32), runlocal)
   if arm == 'vit_b16_scratch':
     model = config_lib.with_model(config_lib.get_config(), 'ViT-B_16').model
     model.stochastic_depth = 0.1
-    return from_scratch(model, 224).lock()
+    return config_lib.finish(from_scratch(model, 224), runlocal)
   if arm == 'resnet50_scratch':
-    return from_scratch(config_lib.with_model(config_lib.get_config(), 'ResNet-50_32px').model,
-                        32).lock()
+    model = config_lib.with_model(config_lib.get_config(), 'ResNet-50_32px').model
+    return config_lib.finish(from_scratch(model, 32), runlocal)
   if arm == 'vit_b16_finetune':
-    return config_lib.finetune_config('ViT-B_16', 'cifar10', base_lr=0.01)
+    return config_lib.finetune_config('ViT-B_16', 'cifar10', runlocal, base_lr=0.01)
   raise ValueError(f'Unknown arm {arm!r}; use configs/cifar10_plan.py:ARM with ARM one of '
                    f'{", ".join(ARMS)}.')

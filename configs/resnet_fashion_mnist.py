@@ -2,8 +2,8 @@ r"""A ResNet baseline on Fashion-MNIST at 28px, trained like the quickstart's Vi
 
 Command:
   python -m vit_jax.main --config=configs/resnet_fashion_mnist.py --workdir=runs/resnet_fmnist
-  python -m vit_jax.predict --checkpoint=runs/resnet_fmnist/params.npz --model=ResNet-11_28px \
-    --image_size=28 --labels=fashion_mnist IMAGES...
+Its run directory then predicts with no other flag (the model, 28px input and label names come
+from runs/resnet_fmnist/metadata.json): `vit_jax.predict --checkpoint=runs/resnet_fmnist IMAGES`.
 Model: `ResNet-11_28px` (vit_jax/presets.py): a 3x3/1 root conv (32 channels) + 3x3/2 max-pool,
 one bottleneck unit in each of three stages (14x14, 7x7, 4x4; widths 32/64/128, 512 outputs),
 global average pooling and a zero-init head: 0.50M parameters and 37 MFLOPs per 28px image,
@@ -19,7 +19,9 @@ files (~95 img/s/core). `--config.num_epochs=0.05` makes a smoke run.
 from vit_jax import config_lib
 
 
-def get_config():
+def get_config(arg: str = ''):
+  """`:runlocal` shrinks the run for a smoke test (config_lib.shrink)."""
+  _, runlocal = config_lib.parse_arg(arg)
   config = config_lib.with_model(config_lib.with_dataset(config_lib.get_config(),
                                                          'fashion_mnist'), 'ResNet-11_28px')
   config.pp.update(dict(crop=28, train_aug='none'))
@@ -27,4 +29,4 @@ def get_config():
       pretrained_dir='', total_steps=0, num_epochs=5., optim='adamw', base_lr=1.5e-3,
       weight_decay=0.05, warmup_steps=400, batch=128, batch_eval=1000, accum_steps=1,
       shuffle_buffer=20_000, progress_every=50, eval_every=469, checkpoint_every=500))
-  return config.lock()
+  return config_lib.finish(config, runlocal)

@@ -4,8 +4,12 @@ MODEL is an official short name (ti16, s16, b16, l16, h14, b8, s32, b32, l32, r_
 r26_s32, r26_b32, r50_b16, r50_l32) or a full preset name (ViT-B_16); DATASET is one of
 cifar10, cifar100, imagenet2012, oxford_iiit_pet, fashion_mnist, or a folder of images
 (`{train,test or val}/<class>/*.jpg`).
-Command:
+The input resolution is the model's published fine-tuning one, 384px in whole tokens (392 for
+/14 models), also for small images (28px Fashion-MNIST is upsampled, as the official code does
+for CIFAR); set --config.pp.crop to change it.
+Commands:
   python -m vit_jax.main --config=configs/vit.py:b16,cifar10 --workdir=runs/b16_cifar10
+  python -m vit_jax.main --config=configs/vit.py:s16,fashion_mnist --workdir=runs/s16_fmnist
 Expected: as the matching vit_*_*.py file (e.g. 99.02% for b16,cifar10).
 """
 

@@ -5,11 +5,14 @@ import math
 import importlib.util
 import os
 import re
+import subprocess
+import sys
 
 import ml_collections
 import pytest
 
 from vit_jax import config_lib
+from vit_jax import presets
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG_FILES = sorted(glob.glob(os.path.join(ROOT, 'configs', '*.py')))
@@ -112,3 +115,28 @@ def test_fashion_mnist_full_runs_stage_one_alone():
   assert alone.to_dict() == both.pretrain.to_dict()
   with pytest.raises(ValueError, match='Unknown stages'):
     module.get_config('finetune')
+
+
+@pytest.mark.parametrize('name', ['vit_b16_cifar10.py', 'vit.py', 'augreg.py',
+                                  'fashion_mnist_quickstart.py'])
+def test_loading_a_config_imports_no_jax(name):
+  """Configs are data: building one must not pay for importing jax, flax, scipy or TF."""
+  path = os.path.join(ROOT, 'configs', name)
+  code = ('import importlib.util, sys; '
+          f's = importlib.util.spec_from_file_location("c", {path!r}); '
+          'm = importlib.util.module_from_spec(s); s.loader.exec_module(m); m.get_config(); '
+          'print(sorted(k for k in sys.modules if k.split(".")[0] in '
+          '("jax", "flax", "scipy", "tensorflow")))')
+  out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
+  assert out.stdout.strip() == '[]', out.stdout
+
+
+@pytest.mark.parametrize('arg, crop', [('s16,fashion_mnist', 384), ('b16,cifar10', 384),
+                                       ('b16,/data/my_images', 384), ('h14,cifar10', 392),
+                                       ('r_ti16,cifar100', 384), ('b32,oxford_iiit_pet', 384)])
+def test_fine_tuning_resolution_follows_the_model(arg, crop):
+  """The published fine-tuning resolution in whole tokens, whatever the dataset's image size."""
+  module, _ = load_config(os.path.join(ROOT, 'configs', 'vit.py'))
+  config = module.get_config(arg)
+  assert config.pp.crop == crop
+  assert crop % presets.token_stride(config.model) == 0

@@ -82,7 +82,7 @@ def test_train_step_loss_runs_the_teacher_on_the_batch(kind, accum_steps):
   tx = optim.make_optimizer(config, optim.learning_rate_schedule(
       total_steps=10, base_lr=0.1, decay_type='cosine', warmup_steps=1))
   teacher = distill.Teacher(teacher_model, parallel.put_replicated(teacher_params, mesh))
-  step = train.make_train_step(student, tx, config, mesh, teacher)
+  step = train.make_train_step(student, tx, config, mesh, teacher=teacher)
   state = {'params': parallel.put_replicated(params, mesh), 'opt_state': tx.init(params),
            'step': jnp.zeros((), jnp.int32), 'rng': jax.random.key_data(jax.random.key(0))}
   _, metrics = step(state, parallel.put_batch({'image': x, 'label': labels}, mesh))

@@ -3,6 +3,8 @@
 import gzip
 import os
 import struct
+import subprocess
+import sys
 from unittest import mock
 
 import numpy as np
@@ -137,3 +139,16 @@ def test_array_record_stream_is_indexed_and_resumes_exactly(idx_dir, tmp_path):
   resumed = input_pipeline.get_train_data(config, start_batch=5)
   for expected in stream[5:]:
     np.testing.assert_array_equal(next(resumed)['image'], expected['image'])
+
+
+def test_the_documented_fashion_mnist_dir_override_works(idx_dir, tmp_path):
+  """`--config.fashion_mnist_dir=DIR` (the error messages' advice) prepares from DIR and trains."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = dict(os.environ, JAX_PLATFORMS='cpu', VIT_JAX_HUGEPAGES='0', FASHION_MNIST_DIR='')
+  proc = subprocess.run(
+      [sys.executable, '-m', 'vit_jax.main', '--config=configs/resnet_fashion_mnist.py:runlocal',
+       f'--config.fashion_mnist_dir={idx_dir}', f'--config.tfds_data_dir={tmp_path}/tfds',
+       f'--workdir={tmp_path}/run'], cwd=root, env=env, capture_output=True, text=True,
+      timeout=600)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert "'num_examples': 10" in proc.stdout  # The fixture's 10 test images, all evaluated.

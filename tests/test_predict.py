@@ -170,6 +170,10 @@ def test_predictions_agree_with_the_eval_pipeline(setup, tmp_path, capsys):
   assert rc == 0
   results = json.loads(out)['results']
   assert [r['image'] for r in results] == files and len(logits) == len(files) == 6
+  # The eval pipeline reads a folder in its own fixed (class-interleaved) order.
+  eval_order, _ = input_pipeline._folder_split(str(tmp_path / 'data'),
+                                               ('class0', 'class1', 'class2'), 'test')
+  logits = np.stack([dict(zip(map(str, eval_order), logits))[f] for f in files])
   want_idx, want_p = predict.top_k(logits, 10)
   for r, idx, p in zip(results, want_idx, want_p):
     assert r['predictions'][0]['index'] == idx[0]  # Same top-1 and the same probabilities.

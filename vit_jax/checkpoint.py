@@ -351,15 +351,6 @@ def num_prefix_tokens(model_config: Any) -> int:
   return 1 if model_config['classifier'] in ('token', 'token_unpooled') else 0
 
 
-def token_stride(model_config: Any) -> int:
-  """Pixels per token along each axis: the patch, times a hybrid's 4x root and 2x per stage."""
-  patch = model_config['patches']['size'][0]
-  resnet = model_config.get('resnet') if not presets.is_mixer(model_config) else None
-  if resnet is None:
-    return patch
-  return patch * 2**(2 + max(len(resnet['num_layers']) - 1, 0))
-
-
 def _square_grid(num_tokens: int, what: str) -> Tuple[int, int]:
   side = int(round(np.sqrt(num_tokens)))
   if side * side != num_tokens:
@@ -401,8 +392,10 @@ def fit_posemb(params: Params, model_config: Any, grid_shape: Sequence[int]) -> 
   """
   posembed = params.get('Transformer', {}).get('posembed_input') if 'Transformer' in params \
       else None
+  if not posembed:  # Mixer, ResNet, or no learned position embeddings: nothing to fit.
+    return params
   prefix = num_prefix_tokens(model_config)
-  if not posembed or prefix != (1 if 'cls' in params else 0):
+  if prefix != (1 if 'cls' in params else 0):
     return params
   gh, gw = grid_shape
   fitted = dict(posembed)
@@ -573,6 +566,38 @@ def _vit_fields(tree: Mapping[str, Any]) -> Tuple[Dict[str, Any], Optional[Tuple
   return fields, grid
 
 
+def _resnet_classifier_fields(tree: Mapping[str, Any]) -> Dict[str, Any]:
+  """Stage sizes, width and root kernel of a ResNet classifier (`models_resnet.ResNet`)."""
+  stem = _resnet_fields(tree)  # The same root and units as a hybrid's stem.
+  return dict(stage_sizes=stem['num_layers'], width_factor=stem['width_factor'],
+              root_kernel=tree['conv_root']['kernel'][0])
+
+
+def _resnet_config(fields: Dict[str, Any], name: Optional[str]) -> Tuple[Dict[str, Any], list]:
+  """Completes a ResNet's shape-decided fields with the preset's root stride and pooling."""
+  if name:
+    preset = presets.MODEL_CONFIGS[name]
+    return dict(fields, root_stride=preset.root_stride, root_pool=preset.root_pool), []
+  stride = 2 if fields['root_kernel'] == 7 else 1
+  config = dict(fields, root_stride=stride, root_pool=True)
+  return config, [f'root stride {stride} and a max-pool after the root (shapes cannot tell)']
+
+
+def _complete(config: Mapping[str, Any]) -> Dict[str, Any]:
+  """`config` with the defaults of its family filled in (ViTs: the official ones)."""
+  if presets.is_mixer(config) or presets.is_resnet(config):
+    return _plain(config)
+  return _full_vit(config)
+
+
+def _family(config: Mapping[str, Any]) -> str:
+  if presets.is_resnet(config):
+    return 'ResNet'
+  if presets.is_mixer(config):
+    return 'Mixer'
+  return 'ResNet+ViT hybrid' if config.get('resnet') else 'ViT'
+
+
 def _full_vit(config: Mapping[str, Any]) -> Dict[str, Any]:
   """A ViT config dict with the official defaults for fields a preset leaves out."""
   out = dict(presets.VIT_EXTRAS, representation_size=None, classifier='token')
@@ -597,13 +622,17 @@ def _posemb_params(posemb: str) -> str:
 
 def _compared_fields(config: Mapping[str, Any]) -> Tuple[Tuple[str, Any], ...]:
   """(label, value) of every field a checkpoint's shapes decide, in reading order."""
+  if presets.is_resnet(config):
+    return (('family', _family(config)), ('ResNet units per stage', tuple(config['stage_sizes'])),
+            ('ResNet width factor', config['width_factor']),
+            ('root kernel', config['root_kernel']))
   if presets.is_mixer(config):
-    return (('family', 'Mixer'), ('patch size', tuple(config['patches']['size'])),
+    return (('family', _family(config)), ('patch size', tuple(config['patches']['size'])),
             ('hidden size', config['hidden_dim']), ('depth', config['num_blocks']),
             ('token-mixing MLP width', config['tokens_mlp_dim']),
             ('channel-mixing MLP width', config['channels_mlp_dim']))
   resnet, t = config.get('resnet'), config['transformer']  # Presets without a ResNet omit it.
-  fields = (('family', 'ResNet+ViT hybrid' if resnet else 'ViT'),
+  fields = (('family', _family(config)),
             ('patch size', tuple(config['patches']['size'])),
             ('hidden size', config['hidden_size']), ('depth', t['num_layers']),
             ('heads', t['num_heads']), ('MLP width', t['mlp_dim']),
@@ -622,16 +651,9 @@ def first_difference(found: Any, expected: Any, expected_name: str) -> Optional[
   (fields it omits take the official defaults); its `representation_size=None` accepts any
   pre_logits width, as the presets' published imagenet21k files have one.
   """
-  found, expected = _plain(found), _plain(expected)
-  if not presets.is_mixer(found):
-    found = _full_vit(found)
-  if not presets.is_mixer(expected):
-    expected = _full_vit(expected)
-  if presets.is_mixer(found) == presets.is_mixer(expected):
-    pairs = zip(_compared_fields(found), _compared_fields(expected))
-  else:
-    pairs = [(_compared_fields(found)[0], _compared_fields(expected)[0])]
-  for (label, have), (_, want) in pairs:
+  found, expected = _complete(found), _complete(expected)
+  # The family comes first, so fields of different families are never compared.
+  for (label, have), (_, want) in zip(_compared_fields(found), _compared_fields(expected)):
     if have != want:
       return f'{label} {have} in the file, {want} in {expected_name}'[:299]
   rep = (found.get('representation_size'), expected.get('representation_size'))
@@ -649,6 +671,9 @@ def _matching_preset(fields: Mapping[str, Any]) -> Optional[str]:
 
 def _custom_name(fields: Mapping[str, Any]) -> str:
   """A descriptive name for shapes that match no preset, e.g. 'ViT-custom-128d-4L-4h-p7'."""
+  if presets.is_resnet(fields):
+    sizes = '-'.join(map(str, fields['stage_sizes']))
+    return f'ResNet-custom-{sizes}-w{fields["width_factor"]:g}-root{fields["root_kernel"]}'
   patch = fields['patches']['size'][0]
   if presets.is_mixer(fields):
     return f'Mixer-custom-{fields["hidden_dim"]}d-{fields["num_blocks"]}L-p{patch}'
@@ -695,11 +720,15 @@ def architecture(params: Mapping[str, Any]) -> Architecture:
   elif 'embedding' in tree and 'encoderblock_0' in tree.get('Transformer', {}):
     fields, grid = _vit_fields(tree)
     config, assumed = _vit_config(fields, _matching_preset(fields))
+  elif 'conv_root' in tree and 'embedding' not in tree:
+    fields, grid = _resnet_classifier_fields(tree), None
+    config, assumed = _resnet_config(fields, _matching_preset(fields))
   else:
-    raise CheckpointError('not a ViT, hybrid or Mixer checkpoint: it has neither embedding/ + '
-                          'Transformer/encoderblock_0/ nor stem/ + MixerBlock_0/ parameters.')
+    raise CheckpointError('not a ViT, hybrid, Mixer or ResNet checkpoint: it has none of '
+                          'embedding/ + Transformer/encoderblock_0/, stem/ + MixerBlock_0/, '
+                          'conv_root/ without embedding/.')
   config['model_name'] = _matching_preset(config) or _custom_name(config)
-  stride = token_stride(config)
+  stride = presets.token_stride(config)
   image_size = grid[0] * stride if grid and grid[0] == grid[1] else None
   return Architecture(config=ml_collections.ConfigDict(config), num_classes=num_classes,
                       grid=grid, image_size=image_size, assumed=tuple(assumed))
@@ -718,7 +747,7 @@ def conform(arch: Architecture, declared: Any, declared_name: str) -> Architectu
   if problem:
     raise CheckpointError(problem)
   config = _plain(declared)
-  if not presets.is_mixer(config):
+  if not (presets.is_mixer(config) or presets.is_resnet(config)):
     config = _full_vit(config)
     found = _plain(arch.config)
     config['representation_size'] = found['representation_size']

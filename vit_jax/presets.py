@@ -70,7 +70,7 @@ def _mixer(name: str, patch: int, hidden: int, blocks: int, tokens_mlp: int,
 def _resnet(name: str, stage_sizes: Sequence[int], width_factor: float, *, root_kernel: int = 7,
             root_stride: int = 2, root_pool: bool = True) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(
-      model_name=name, stage_sizes=tuple(stage_sizes), width_factor=width_factor,
+      model_name=name, stage_sizes=tuple(stage_sizes), width_factor=float(width_factor),
       root_kernel=root_kernel, root_stride=root_stride, root_pool=root_pool))
 
 
@@ -156,20 +156,20 @@ def token_grid(model_config: Any, image_size: Sequence[int]) -> Tuple[int, int]:
 
 
 def token_stride(model_config: Any) -> int:
-  """Input pixels per token along each axis: the patch size, times a hybrid's downscaling (for a
-  plain ResNet: input pixels per cell of its last feature map)."""
+  """Input pixels per token (or per cell of a ResNet's last feature map) along each axis."""
   if is_resnet(model_config):
-    return model_config['root_stride'] * 2 ** (
-        bool(model_config['root_pool']) + max(len(model_config['stage_sizes']) - 1, 0))
-  ph, _ = model_config['patches']['size']
-  resnet = model_config.get('resnet')
-  return ph * (2 ** (2 + max(len(resnet['num_layers']) - 1, 0)) if resnet is not None else 1)
+    downscaling = bool(model_config['root_pool']) + max(len(model_config['stage_sizes']) - 1, 0)
+    return model_config['root_stride'] * 2**downscaling
+  patch = model_config['patches']['size'][0]
+  resnet = None if is_mixer(model_config) else model_config.get('resnet')
+  if resnet is None:
+    return patch
+  return patch * 2**(2 + max(len(resnet['num_layers']) - 1, 0))  # 4x root, 2x per later stage.
 
 
 def finetune_resolution(model_config: Any, target: int = 384) -> int:
   """The official fine-tuning resolution (384px) rounded up to whole tokens (392 for /14)."""
-  if is_mixer(model_config):
-    stride = model_config['patches']['size'][0]
-  else:
-    stride = token_stride(model_config)
+  if is_resnet(model_config):
+    return target  # Any size works: SAME padding and global average pooling.
+  stride = token_stride(model_config)
   return -(-target // stride) * stride
