@@ -241,11 +241,11 @@ def format_cell(names: Sequence[str], results: Mapping[str, Result]) -> str:
   done = [results[n].accuracy for n in names if results[n].accuracy is not None]
   missing = [n for n in names if results[n].accuracy is None]
   if not done:
-    text = 'not run'
+    text = 'unfinished'
   else:
     mean, std = mean_std([100 * a for a in done])
     text = f'{mean:.2f} ± {std:.2f}' if len(done) > 1 else f'{mean:.2f}'
-  if missing:
+  if missing and done:
     text += f' ({len(missing)} unfinished)'
   return f'{text} <sub>{" ".join(names)}</sub>'
 
