@@ -1,9 +1,9 @@
 r"""The small-data study on Fashion-MNIST: ViT vs hybrid vs ResNet, remedies, pretraining, posemb.
 
 What: does a ViT lose to a CNN of similar cost when data is small, and what helps it? Every run
-takes the same number of steps of batch 128 whatever its data size (rule: equal compute; 1% of
-the training set is then ~128 epochs, 100% about one). All evaluate once, at the end, on the
-full test set of their classes. Arms (get_grid):
+takes the same number of steps of batch 128 whatever its data size (rule: equal compute; at the
+default 300 steps 1% of the training set is seen 64 times, 100% 0.64 times). All evaluate
+once, at the end, on the full test set of their classes. Arms (get_grid):
 - data: ViT (the quickstart's 0.55M ViT, patch 7, 4x4 tokens at 28px), hybrid (ResNet root +
   2x2 patches at 32px: 4x4 tokens, 0.58M) and ResNet (`ResNet-11_28px`, 0.50M) on 1/5/20/100%
   of the training set (class-balanced slices of the image folders);
