@@ -63,13 +63,75 @@ def test_eval_split_names_are_aliases(tmp_path, eval_folder):
     assert files(root, name) == expected
 
 
-def test_train_only_serves_eval_from_the_held_out_slice(tmp_path, caplog):
+def test_train_only_serves_eval_from_the_held_out_slice(tmp_path):
   root = write_folder(tmp_path, splits=('train',))
-  with caplog.at_level('WARNING'):
-    held_out = files(root, 'test')
+  held_out = files(root, 'test')
   assert held_out == files(root, 'validation') == files(root, input_pipeline.HELD_OUT_SPLIT)
   assert not set(held_out) & set(files(root, 'train[:98%]'))
-  assert 'has only train/' in caplog.text
+
+
+def images_of(batches, masked=False):
+  """The images of `batches` as bytes (only the real ones of masked eval batches)."""
+  return [im.tobytes() for b in batches
+          for im, keep in zip(b['image'], b['mask'] if masked else np.ones(len(b['image'])))
+          if keep]
+
+
+def test_folder_preset_on_train_only_never_trains_on_the_eval_images(tmp_path, caplog):
+  """The README's `configs/vit.py:b16,/data/my_images` on a folder with train/ only."""
+  root = write_folder(tmp_path, splits=('train',))  # 100 images: 98 train, 2 held out.
+  config = make_config(root, **config_lib.FOLDER_PRESET['pp'])
+  config.pp.train_aug = 'none'
+  with caplog.at_level('INFO'):
+    info = input_pipeline.get_dataset_info(config)
+  assert (info.num_train_examples, info.num_test_examples) == (98, 2)
+  assert "evaluating on 'test' = train[98%:] of" in caplog.text and ': 2 examples' in caplog.text
+  evaluated = images_of(input_pipeline.get_eval_data(config).batches(), masked=True)
+  stream = input_pipeline.get_train_data(config)
+  trained = images_of(next(stream) for _ in range(2 * 98 // 4))  # Two epochs.
+  assert len(evaluated) == 2 and len(set(trained)) == 98
+  assert not set(evaluated) & set(trained)
+
+
+@pytest.mark.parametrize('splits,train,test,shared', [
+    (('train',), 'train[:100%]', 'test', 2),  # The held-out slice trained on.
+    (('train',), 'train[:99%]', 'validation', 1),  # imagenet2012's preset on train/ only.
+    (('train',), 'train', 'train[90%:]', 8),  # `train` is train[:98%] here.
+    (('train', 'test'), 'train', 'train[:10]', 10),
+    (('train', 'val'), 'train+validation', 'val', 12),
+])
+def test_overlapping_train_and_eval_splits_are_an_error(tmp_path, splits, train, test, shared):
+  root = write_folder(tmp_path, splits=splits)
+  with pytest.raises(ValueError) as error:
+    input_pipeline.get_dataset_info(make_config(root, train, test))
+  message = str(error.value)
+  assert f'share {shared} of the' in message and repr(train) in message and repr(test) in message
+  assert '--config.pp.train=' in message and len(message.splitlines()) == 1
+
+
+@pytest.mark.parametrize('splits,train,test,sizes', [
+    (('train',), 'train', 'test', (98, 2)),
+    (('train',), 'train[:98%]', 'train[98%:]', (98, 2)),
+    (('train',), 'train[:50%]', 'train[90%:]', (50, 10)),
+    (('train', 'val'), 'train', 'test', (100, 12)),  # A val/ folder: all of train/ is trained.
+    (('train', 'test'), 'train[:98%]', 'test', (98, 12)),
+])
+def test_disjoint_splits_are_accepted(tmp_path, splits, train, test, sizes):
+  root = write_folder(tmp_path, splits=splits)
+  info = input_pipeline.get_dataset_info(make_config(root, train, test))
+  assert (info.num_train_examples, info.num_test_examples) == sizes
+  assert not set(files(root, input_pipeline._without_held_out(root, train))) & set(
+      files(root, test))
+
+
+def test_tfds_split_strings_mean_the_same_and_overlap_is_an_error():
+  import tensorflow_datasets as tfds  # noqa: PLC0415
+  config = make_config('cifar10', 'train', 'train[98%:]')
+  with tfds.testing.mock_data(num_examples=100):
+    with pytest.raises(ValueError, match=r"share 2 of the .*--config.pp.train=train\[:98%\]"):
+      input_pipeline.get_dataset_info(config)
+    config.pp.train = 'train[:98%]'
+    assert input_pipeline.get_dataset_info(config).num_classes == 10
 
 
 @pytest.mark.parametrize('preset', ['cifar10', 'imagenet2012'])
@@ -78,6 +140,10 @@ def test_preset_split_strings_work_on_folders(tmp_path, preset, splits):
   root = write_folder(tmp_path, splits=splits)
   pp = config_lib.DATASET_PRESETS[preset]['pp']
   config = make_config(root, pp['train'], pp['test'])
+  if (preset, splits) == ('imagenet2012', ('train',)):  # train[:99%] overlaps train[98%:].
+    with pytest.raises(ValueError, match='share 1 of the 2 eval examples'):
+      input_pipeline.get_dataset_info(config)
+    return
   info = input_pipeline.get_dataset_info(config)
   assert info.class_names == CLASSES
   held_out = 2 if splits == ('train',) else 12

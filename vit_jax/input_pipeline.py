@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import math
 import os
+import re
 import socket
 import threading
 import types
@@ -54,9 +55,11 @@ SPLIT_FOLDERS = {'test': ('test', 'val', 'validation'),
                  'val': ('val', 'validation', 'test')}
 # What `test` / `validation` mean for a folder with train/ only.
 HELD_OUT_SPLIT = 'train[98%:]'
+TRAIN_WITHOUT_HELD_OUT = 'train[:98%]'  # ... and what `train` then means: never trained on both.
 # A train record that cannot be read is replaced by the next position's; this many in a row fail.
 _MAX_UNREADABLE_IN_A_ROW = 16
 _PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
+_PNG_END = b'\x00\x00\x00\x00IEND\xaeB`\x82'  # The IEND chunk: length 0, type, its fixed CRC.
 _RECORDS_PER_READ = 256  # Records fetched together for a sequential (eval) pass.
 # Offline, TFDS retries a failed download for ~3.5 minutes; a 3 s connect probe fails first.
 _PROBE_TIMEOUT_S = 3.0
@@ -94,7 +97,7 @@ class EvalData:
 
   def batches(self) -> Iterator[Batch]:
     """A fresh pass: {'image', 'label' (one-hot), 'mask' (1 real, 0 padding)} numpy dicts."""
-    return iter(tfds.as_numpy(self.dataset))
+    return numpy_batches(self.dataset)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,16 +124,36 @@ class _Source:
   class_names: Tuple[str, ...]
   # (split name as in `config.pp.*`, per_process) → this process's share, or the whole split.
   split: Callable[..., _Split]
+  # (train spec, eval spec) → how many eval examples are also train examples.
+  overlap: Callable[[str, str], int]
+  # A split spec → what it reads, for the log (e.g. "train[98%:] of /data: no test/ folder").
+  describe: Callable[[str], str] = lambda spec: repr(spec)
 
 
 def get_dataset_info(config: Any) -> DatasetInfo:
-  """Class names and the sizes of `config.pp.train` and `config.pp.test` (all processes)."""
+  """Class names and the sizes of `config.pp.train` and `config.pp.test` (all processes).
+
+  Raises:
+    ValueError: if an eval example is also a train example (accuracy on training images).
+  """
   source = _open(config)
-  return DatasetInfo(
+  train, test = config.pp.train, config.pp.test
+  info = DatasetInfo(
       num_classes=len(source.class_names),
-      num_train_examples=sum(source.split(config.pp.train).shares),
-      num_test_examples=sum(source.split(config.pp.test).shares),
+      num_train_examples=sum(source.split(train).shares),
+      num_test_examples=sum(source.split(test).shares),
       class_names=source.class_names)
+  shared = source.overlap(train, test)
+  if shared:
+    raise ValueError(
+        f'config.pp.train={train!r} and config.pp.test={test!r} share {shared} of the '
+        f'{info.num_test_examples} eval examples of {config.dataset}: the accuracy would be '
+        'measured on training images. Make them disjoint, e.g. --config.pp.train=train[:98%] '
+        '--config.pp.test=train[98%:] (or give the folder a test/ folder).')
+  logging.info('Training on %s: %d examples; evaluating on %s: %d examples (disjoint).',
+               source.describe(train), info.num_train_examples, source.describe(test),
+               info.num_test_examples)
+  return info
 
 
 def get_train_data(config: Any, *, start_batch: int = 0) -> Iterator[Batch]:
@@ -171,7 +194,38 @@ def get_train_data(config: Any, *, start_batch: int = 0) -> Iterator[Batch]:
     ds = ds.enumerate(start=start_batch).map(lambda index, batch: _mixup(
         batch, alpha, tf.random.experimental.stateless_fold_in(mixup_seed, index)))
   ds = ds.prefetch(max(1, int(config.prefetch)))
-  return iter(tfds.as_numpy(ds))
+  return numpy_batches(ds)
+
+
+def numpy_batches(ds: tf.data.Dataset) -> Iterator[Batch]:
+  """The elements of `ds` as numpy; an error in the pipeline is a one-line ValueError.
+
+  The failed tf.data iterator is dropped before the error is raised, so it is destroyed now, not
+  at interpreter exit: destroyed then, its worker threads wait for Python calls that can no
+  longer run (a `numpy_function` needs the interpreter) and the process never exits.
+  """
+  iterator, message = iter(tfds.as_numpy(ds)), ''
+  while not message:
+    try:
+      batch = next(iterator)
+    except StopIteration:
+      return
+    except tf.errors.OpError as e:
+      message = _pipeline_error_line(e)
+    else:
+      yield batch
+  del iterator
+  raise ValueError(f'The input pipeline failed: {message}')
+
+
+def _pipeline_error_line(error: tf.errors.OpError) -> str:
+  """The reason in TF's error: an assertion's own message, else the text after the op chain."""
+  text = error.message.strip()
+  asserted = re.search(r'assertion failed: \[([^\]]*)\]', text)
+  if asserted:
+    return asserted.group(1)
+  text = re.sub(r'\{\{[^}]*\}\}\s*', '', text.splitlines()[0] if text else type(error).__name__)
+  return re.sub(r'^Error in user-defined function .*? with iterator: \S+: ', '', text)
 
 
 def _indexed_stream(config: Any, split: _Split, start: int, local_batch: int,
@@ -366,7 +420,22 @@ def _tfds_source(config: Any) -> _Source:
         read=lambda image: image,
         shares=tuple(_count(_tfds_dataset(builder, s, name)) for s in specs), index=index)
 
-  return _Source(class_names=tuple(features['label'].names), split=split)
+  return _Source(class_names=tuple(features['label'].names), split=split,
+                 overlap=functools.partial(_tfds_overlap, split),
+                 describe=lambda spec: f'{spec!r} of {builder.name}')
+
+
+def _tfds_overlap(split: Callable[..., _Split], train: str, test: str) -> int:
+  """Examples in both split specs: their index ranges over the same named split intersected."""
+  names = {part.split('[')[0].strip() for spec in (train, test) for part in spec.split('+')}
+  sizes = {name: types.SimpleNamespace(num_examples=sum(split(name, per_process=False).shares))
+           for name in names}
+  ranges = [tfds.core.ReadInstruction.from_spec(spec).to_absolute(sizes)
+            for spec in (train, test)]
+  bounds = [[(r.splitname, r.from_ or 0, sizes[r.splitname].num_examples if r.to is None else r.to)
+             for r in spec_ranges] for spec_ranges in ranges]  # None: the split's start or end.
+  return sum(max(0, min(a[2], b[2]) - max(a[1], b[1]))
+             for a in bounds[0] for b in bounds[1] if a[0] == b[0])
 
 
 def _indexed_split(fetch: Callable[[tf.Tensor], Dict[str, tf.Tensor]],
@@ -520,7 +589,7 @@ def _directory_source(root: str) -> _Source:
                      f'(or .jpeg/.png) and {root}/test/<class>/*.jpg, one folder per class.')
 
   def split(name: str, per_process: bool = True) -> _Split:
-    paths, labels = _folder_split(root, classes, name)
+    paths, labels = _folder_split(root, classes, _without_held_out(root, name))
     index, count = (jax.process_index(), jax.process_count()) if per_process else (0, 1)
     # Strided shares keep every class on every process (the file order interleaves classes).
     share_paths = tf.constant(paths[index::count])
@@ -532,7 +601,42 @@ def _directory_source(root: str) -> _Source:
     return _indexed_split(fetch, tf.io.read_file, tuple(len(paths[i::count]) for i in range(count)),
                           index, checked=True)
 
-  return _Source(class_names=classes, split=split)
+  def overlap(train: str, test: str) -> int:
+    specs = [_without_held_out(root, spec) for spec in (train, test)]
+    return len(set(_folder_split(root, classes, specs[0])[0])
+               & set(_folder_split(root, classes, specs[1])[0]))
+
+  return _Source(class_names=classes, split=split, overlap=overlap,
+                 describe=functools.partial(_describe_folder_split, root))
+
+
+def _held_out_folder(root: str, name: str) -> Optional[str]:
+  """The folder that split `name` (test, val, validation) reads, or None (train/ only)."""
+  return next((f for f in SPLIT_FOLDERS.get(name, (name,)) if os.path.isdir(os.path.join(root, f))),
+              None)
+
+
+def _without_held_out(root: str, spec: str) -> str:
+  """`train` → `train[:98%]` in a folder with train/ only, where the rest is the eval split.
+
+  As in the TFDS presets (`train[:98%]` / `test`), the held-out slice is never trained on; an
+  explicit slice (`train[:100%]`) is taken as written.
+  """
+  if spec.strip() == 'train' and not _held_out_folder(root, 'test'):
+    _log_once(f'{root} has only train/: split {spec!r} is {TRAIN_WITHOUT_HELD_OUT}, without the '
+              f'held-out {HELD_OUT_SPLIT} that test/val/validation name.')
+    return TRAIN_WITHOUT_HELD_OUT
+  return spec
+
+
+def _describe_folder_split(root: str, spec: str) -> str:
+  """What `spec` reads in `root`, for the log: the folders or the slices of train/."""
+  if spec.strip() in SPLIT_FOLDERS:
+    folder = _held_out_folder(root, spec.strip())
+    return (f'{spec!r} = {root}/{folder}/' if folder else
+            f'{spec!r} = {HELD_OUT_SPLIT} of {root} (no test/, val/ or validation/ folder)')
+  resolved = _without_held_out(root, spec)
+  return f'{spec!r} of {root}' + (f' (= {resolved})' if resolved != spec else '')
 
 
 def _folder_split(root: str, classes: Tuple[str, ...],
@@ -554,14 +658,14 @@ def _folder_split(root: str, classes: Tuple[str, ...],
 def _folder_base_split(root: str, classes: Tuple[str, ...],
                        name: str) -> Tuple[np.ndarray, np.ndarray]:
   """A whole split by name: its folder, an alias folder (test/val/validation) or held-out train."""
-  for folder in SPLIT_FOLDERS.get(name, (name,)):
-    if os.path.isdir(os.path.join(root, folder)):
-      if folder != name:
-        _log_once(f'{root} has no {name}/ folder: split {name!r} reads {folder}/.')
-      return _list_images(os.path.join(root, folder), classes)
+  folder = _held_out_folder(root, name)
+  if folder:
+    if folder != name:
+      _log_once(f'{root} has no {name}/ folder: split {name!r} reads {folder}/.')
+    return _list_images(os.path.join(root, folder), classes)
   if name in SPLIT_FOLDERS:
-    _warn_once(f'{root} has only train/: split {name!r} is {HELD_OUT_SPLIT} (the last 2% of '
-               'train/ in its fixed order); keep it out of config.pp.train, e.g. train[:98%].')
+    _log_once(f'{root} has only train/: split {name!r} is {HELD_OUT_SPLIT} (the last 2% of '
+              f'train/ in its fixed order); split \'train\' is then {TRAIN_WITHOUT_HELD_OUT}.')
     return _folder_split(root, classes, HELD_OUT_SPLIT)
   raise ValueError(f'Missing {os.path.join(root, name)}: a directory dataset needs '
                    '<root>/train/<class>/*.jpg (and test/, val/ or validation/ for evaluation); '
@@ -607,17 +711,50 @@ _unreadable: Dict[str, set] = {}  # Folder → names of its broken files met by 
 
 
 def _readable(data: tf.Tensor, name: tf.Tensor) -> tf.Tensor:
-  """Whether `data` is a whole JPEG (SOI ... EOI) or PNG (signature ... IEND); logs it if not."""
-  size = tf.strings.length(data)
-  tail = tf.strings.bytes_split(tf.strings.substr(data, tf.maximum(size - 32, 0), 32))
-  jpeg = tf.logical_and(
-      tf.equal(tf.strings.substr(data, 0, 3), b'\xff\xd8\xff'),
-      tf.reduce_any(tf.logical_and(tf.equal(tail[:-1], b'\xff'), tf.equal(tail[1:], b'\xd9'))))
-  png = tf.logical_and(tf.equal(tf.strings.substr(data, 0, 8), _PNG_SIGNATURE),
-                       tf.equal(tf.strings.substr(data, tf.maximum(size - 8, 0), 4), b'IEND'))
-  ok = tf.logical_or(jpeg, png)
+  """Whether `data` is a whole JPEG or PNG (what the decoder needs is there); logs it if not.
+
+  Bytes after the end are allowed: cameras and phones append trailers (maker notes, a second
+  image, a video) after a JPEG's EOI, and some writers pad PNGs; TF decodes both.
+  """
+  ok = tf.logical_or(_complete_jpeg(data), _complete_png(data))
   return tf.cond(ok, lambda: ok, lambda: tf.numpy_function(_count_unreadable, [name], tf.bool,
                                                            stateful=True))
+
+
+def _complete_png(data: tf.Tensor) -> tf.Tensor:
+  """The signature, then the IEND chunk somewhere (a truncated file lacks it)."""
+  signature = tf.equal(tf.strings.substr(data, 0, 8), _PNG_SIGNATURE)
+  return tf.logical_and(signature, tf.size(tf.strings.split(data, sep=_PNG_END)) > 1)
+
+
+def _complete_jpeg(data: tf.Tensor) -> tf.Tensor:
+  """SOI, the marker segments walked by their lengths up to the first scan (SOS), then an EOI.
+
+  Walking by lengths (as libjpeg reads markers) skips an EXIF thumbnail's own SOS ... EOI, so a
+  file cut inside its main scan is caught; anything after the EOI is a trailer and allowed.
+  """
+  raw = tf.cast(tf.io.decode_raw(data, tf.uint8), tf.int32)
+  size = tf.size(raw)
+  padded = tf.concat([raw, tf.zeros([4], tf.int32)], 0)  # Reads past the end see zeros.
+  byte = lambda i: padded[tf.minimum(i, size + 3)]  # noqa: E731
+  soi = tf.equal(tf.strings.substr(data, 0, 3), b'\xff\xd8\xff')
+
+  def at_scan(pos):
+    return tf.logical_and(tf.equal(byte(pos), 0xFF), tf.equal(byte(pos + 1), 0xDA))
+
+  def next_marker(pos):
+    marker, length = byte(pos + 1), byte(pos + 2) * 256 + byte(pos + 3)
+    standalone = tf.logical_or(tf.equal(marker, 0x01),
+                               tf.logical_and(marker >= 0xD0, marker <= 0xD7))
+    skip = tf.where(tf.logical_or(tf.not_equal(byte(pos), 0xFF), tf.equal(marker, 0xFF)), 1,
+                    tf.where(standalone, 2, 2 + length))  # Garbage and fill bytes: one at a time.
+    return (pos + skip,)
+
+  (pos,) = tf.while_loop(lambda pos: tf.logical_and(pos + 1 < size, tf.logical_not(at_scan(pos))),
+                         next_marker, (tf.where(soi, 2, size),))
+  scan = raw[tf.minimum(pos, size):]
+  eoi = tf.reduce_any(tf.logical_and(tf.equal(scan[:-1], 0xFF), tf.equal(scan[1:], 0xD9)))
+  return tf.logical_and(soi, tf.logical_and(at_scan(pos), eoi))
 
 
 def _count_unreadable(name: bytes) -> np.bool_:

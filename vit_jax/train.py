@@ -607,6 +607,7 @@ def _train_loop(trainer: Trainer, state: State, start: int, manager: ocp.Checkpo
     manager.wait_until_finished()
   finally:
     stop.restore()
+    batches.close()  # Its tf.data threads stop now, not at interpreter exit (where they hang).
   if not result:  # Nothing left to train (a finished run rerun) or no eval was due: report one.
     result = run_eval(trainer, eval_step, state, eval_data, progress, total)
   if jax.process_index() == 0:
