@@ -1,5 +1,6 @@
 """Image-folder datasets: TFDS split strings, split-folder aliases, held-out slice, index stream."""
 
+import io
 import os
 from unittest import mock
 
@@ -7,6 +8,7 @@ import jax
 import numpy as np
 import pytest
 from PIL import Image
+import tensorflow as tf
 
 from vit_jax import config_lib
 from vit_jax import input_pipeline
@@ -229,3 +231,81 @@ def test_killed_run_on_a_folder_resumes_to_identical_params(tmp_path):
   assert train.train_and_evaluate(config, workdir)['step'] == 6  # Continues at step 4.
   test_train.assert_trees_close(test_train.final_params(workdir),
                                 test_train.final_params(str(tmp_path / 'straight')), atol=0)
+
+
+def encoded(fmt, seed, size=(6, 5)):
+  image = np.random.default_rng(seed).integers(0, 256, (*size, 3), dtype=np.uint8)
+  buffer = io.BytesIO()
+  Image.fromarray(image).save(buffer, fmt)
+  return buffer.getvalue()
+
+
+def with_thumbnail(jpeg):
+  """`jpeg` with an EXIF-like APP1 segment holding a whole JPEG (a thumbnail: its own SOS, EOI)."""
+  thumbnail = encoded('JPEG', 99, (8, 8))
+  return (jpeg[:2] + b'\xff\xe1' + (len(thumbnail) + 8).to_bytes(2, 'big') + b'Exif\x00\x00'
+          + thumbnail + jpeg[2:])
+
+
+# What phones and cameras write, which TF decodes: data after a JPEG's end, padding after a PNG's.
+WHOLE = {
+    'trailer.jpg': lambda s: encoded('JPEG', s) + b'\xff\xe1MakerNote' + bytes(range(57)),  # 68 B.
+    'thumbnail.jpg': lambda s: with_thumbnail(encoded('JPEG', s)) + b'\xff\xd8' + bytes(66),
+    'padded.png': lambda s: encoded('PNG', s) + bytes(8),
+}
+# Truly cut files (TF cannot decode them either).
+TRUNCATED = {
+    'cut.jpg': lambda s: with_thumbnail(encoded('JPEG', s, (40, 30)))[:-200],
+    'no_iend.png': lambda s: encoded('PNG', s)[:-12],
+}
+
+
+def write_files(root, split, makers, per_class, clean=False):
+  for c, name in enumerate(CLASSES):
+    os.makedirs(os.path.join(root, split, name), exist_ok=True)
+    for i in range(per_class):
+      for file_name, make in makers.items():
+        data = make(1000 * c + i)
+        if clean:  # The same image without the extra bytes.
+          data = encoded(file_name[-3:].replace('jpg', 'JPEG').upper(), 1000 * c + i)
+        with open(os.path.join(root, split, name, f'{i:02d}_{file_name}'), 'wb') as f:
+          f.write(data)
+  return str(root)
+
+
+def test_files_with_trailers_or_padding_are_read_and_truncated_ones_are_not():
+  for make in WHOLE.values():
+    tf.io.decode_image(make(0))  # TF reads them...
+  for make in TRUNCATED.values():
+    with pytest.raises(tf.errors.InvalidArgumentError):
+      tf.io.decode_image(make(0))
+  check = tf.function(input_pipeline._readable)
+  for name, make in {**WHOLE, **TRUNCATED}.items():
+    assert bool(check(tf.constant(make(0)), tf.constant(name))) == (name in WHOLE), name
+
+
+def test_training_reads_files_with_trailers_as_the_clean_files(tmp_path, caplog):
+  with_extras = write_files(tmp_path / 'extras', 'train', WHOLE, 4)
+  clean = write_files(tmp_path / 'clean', 'train', WHOLE, 4, clean=True)
+  streams = []
+  for root in (with_extras, clean):
+    config = make_config(root, 'train[:100%]', 'train[:0]', pp=dict(train_aug='none'))
+    with caplog.at_level('WARNING'):
+      streams.append([next(it) for it in [input_pipeline.get_train_data(config)] for _ in range(9)])
+  assert 'unreadable' not in caplog.text  # No file replaced...
+  for got, expected in zip(*streams):  # ...so the stream is the clean folder's, image by image.
+    np.testing.assert_array_equal(got['image'], expected['image'])
+    np.testing.assert_array_equal(got['label'], expected['label'])
+
+
+def test_eval_counts_files_with_trailers_and_masks_only_truncated_ones(tmp_path):
+  """Exact accuracy over all images: a train + eval run counts every readable eval file."""
+  import test_train  # noqa: PLC0415
+  from vit_jax import train  # noqa: PLC0415
+  root = write_files(tmp_path / 'data', 'train', WHOLE, 3)
+  write_files(tmp_path / 'data', 'test', {**WHOLE, **TRUNCATED}, 2)
+  config = test_train.make_config(dataset=root, total_steps=2, eval_every=0)
+  result = train.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert result['num_examples'] == len(CLASSES) * 2 * len(WHOLE)  # 18 of the 30 files.
+  batches = list(input_pipeline.get_eval_data(make_config(root)).batches())
+  assert sum(b['mask'].sum() for b in batches) == 18

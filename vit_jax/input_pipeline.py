@@ -17,10 +17,11 @@ strings use TFDS syntax (`train[:98%]`, `train[98%:]`, `train[:1000]`, `test`) o
 order that interleaves the classes evenly (file j of n in a class sorts at (j + 0.5) / n, files
 within a class by name), so every % slice holds each class in proportion and `train[:98%]` and
 `train[98%:]` partition train/. `test`, `val` and `validation` name the same folder when only one
-of them exists; with train/ alone they are `train[98%:]` (keep it out of config.pp.train, as
-the presets' `train[:98%]` does). Listing only reads directories; a file that is not a complete
-JPEG/PNG is found when read, logged (how many, and its name) and replaced by the next record
-of the stream (train) or masked out (eval).
+of them exists; with train/ alone they are `train[98%:]` and a bare `train` is `train[:98%]`, as
+the TFDS presets hold out a slice. Train and eval splits that share an example (on folders or
+TFDS) are an error. Listing only reads directories; a file whose JPEG scan or PNG chunks end
+early is found when read, logged (how many, and its name) and replaced by the next record of
+the stream (train) or masked out (eval); bytes after the end (camera trailers) are fine.
 
 Images are decoded to 3 channels (grayscale repeated, alpha dropped) and scaled to [-1, 1].
 """
