@@ -68,3 +68,23 @@ def test_unreadable_folder_ends_the_process_with_one_line(tmp_path):
   assert error == ['error: The input pipeline failed: 16 unreadable image files in a row (see '
                    'the warnings above); fix the dataset.'], proc.stderr[-2000:]
   assert 'Traceback' not in proc.stderr and seconds < 120
+
+
+def test_training_on_the_eval_images_is_a_one_line_error(tmp_path):
+  """The README's folder command on train/ only, with the held-out slice asked for in training."""
+  import numpy as np  # noqa: PLC0415
+  from PIL import Image  # noqa: PLC0415
+  for label in ('a', 'b'):
+    os.makedirs(tmp_path / 'data' / 'train' / label)
+    for i in range(50):
+      Image.fromarray(np.full((4, 4, 3), i, np.uint8)).save(
+          tmp_path / 'data' / 'train' / label / f'{i}.png')
+  proc, _ = run_main(f'--config=configs/vit.py:testing,{tmp_path}/data', '--config.pretrained_dir=',
+                     '--config.pp.train=train[:100%]', f'--workdir={tmp_path}/w')
+  assert proc.returncode == 1, proc.stderr[-2000:]
+  error = [line for line in proc.stderr.splitlines() if line.startswith('error:')]
+  assert len(error) == 1 and error[0].startswith(
+      "error: config.pp.train='train[:100%]' and config.pp.test='test' share 2 of the 2 eval "
+      'examples'), proc.stderr[-2000:]
+  assert '--config.pp.train=train[:98%] --config.pp.test=train[98%:]' in error[0]
+  assert 'Traceback' not in proc.stderr

@@ -131,6 +131,10 @@ class _Source:
   describe: Callable[[str], str] = lambda spec: repr(spec)
 
 
+class SplitOverlapError(ValueError):
+  """config.pp.train and config.pp.test share examples: accuracy on training images."""
+
+
 def get_dataset_info(config: Any) -> DatasetInfo:
   """Class names and the sizes of `config.pp.train` and `config.pp.test` (all processes).
 
@@ -146,7 +150,7 @@ def get_dataset_info(config: Any) -> DatasetInfo:
       class_names=source.class_names)
   shared = source.overlap(train, test)
   if shared:
-    raise ValueError(
+    raise SplitOverlapError(
         f'config.pp.train={train!r} and config.pp.test={test!r} share {shared} of the '
         f'{info.num_test_examples} eval examples of {config.dataset}: the accuracy would be '
         'measured on training images. Make them disjoint, e.g. --config.pp.train=train[:98%] '

@@ -208,6 +208,8 @@ def preflight(config: Any, *, needs_pretrained: bool) -> Any:
   problems, info = [], None
   try:
     info = input_pipeline.get_dataset_info(config)
+  except input_pipeline.SplitOverlapError:
+    raise  # Not a missing input: its own line.
   except ValueError as e:
     problems.append(str(e).strip().rstrip('.'))
   pretrained = checkpoint.pretrained_path(config) if needs_pretrained else None
