@@ -221,7 +221,7 @@ def test_ema_step_is_the_polyak_average_of_the_weights():
   for decay in (1 / 10, 2 / 11, 3 / 12):  # Warmed up: min(0.9, (1 + n) / (10 + n)).
     state, _ = step(state, batch)
     new = jax.device_get(state['params'])
-    expected = jax.tree.map(lambda e, p: decay * e + (1 - decay) * p, expected, new)
+    expected = jax.tree.map(lambda e, p, d=decay: d * e + (1 - d) * p, expected, new)
     assert_trees_close(jax.device_get(state['ema_params']), expected)
   moved = jax.tree.map(lambda e, p: np.abs(e - p).max(), expected, params)
   assert max(jax.tree.leaves(moved)) > 1e-3  # The weights moved, so the check above bites.

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+import tensorflow_datasets as tfds
 
 from vit_jax import checkpoint
 from vit_jax import input_pipeline
@@ -24,9 +25,15 @@ from vit_jax import optim
 from vit_jax import parallel
 from vit_jax import train
 from test_distributed import fixed_batch, run_steps, step_config, write_image_dataset
-from test_train import final_params, fixed_batch_step, make_config, mock_cifar10  # noqa: F401
+from test_train import final_params, fixed_batch_step, make_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def mock_cifar10():
+  with tfds.testing.mock_data(num_examples=10):
+    yield
 
 
 def inf_gradient_at(steps):

@@ -85,8 +85,10 @@ def ema_decay_at(decay: float, updates: jax.Array) -> jax.Array:
 
 def ema_initial_weight(decay: float, steps: int) -> float:
   """The initial weights' share of the average after `steps` updates (product of the decays)."""
-  if not decay or steps <= 0:
-    return 0. if decay else 1.
+  if steps <= 0:
+    return 1.
+  if not decay:
+    return 0.
   updates = np.arange(steps, dtype=np.float64)
   return float(np.exp(np.sum(np.log(np.minimum(decay, (1. + updates) / (10. + updates))))))
 
@@ -133,7 +135,9 @@ def make_train_step(model: Any, tx: optax.GradientTransformation, config: Any, m
   sharding of the state: with sharded params XLA inserts the all-gathers before use and
   reduce-scatters the gradients, in this same function. With a `teacher`, its params are a
   (replicated) argument of the compiled step and its forward pass runs per microbatch on the
-  same images (`distill`).
+  same images (`distill`). With `config.mixup` the global batch is mixed first (`mixup`). A step
+  whose loss, gradient norm or new weights are not finite returns the state unchanged, with
+  `metrics['nonfinite']` set for the loop to stop on.
   """
   loss_kind = config.loss
   smoothing = config.label_smoothing
