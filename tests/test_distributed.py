@@ -108,7 +108,7 @@ def get_config():
   config.update(dict(pretrained_dir='', total_steps={steps}, batch=8, batch_eval=4,
                      accum_steps=1, warmup_steps=1, base_lr=0.05, optim_dtype='float32',
                      shuffle_buffer=32, progress_every=1, eval_every=4, checkpoint_every=2,
-                     prefetch=1, data_sharding='stream'))
+                     prefetch=1, data_sharding='stream', mixup=0.5))
   return config.lock()
 '''
 

@@ -62,7 +62,7 @@ def write_image_folder(root, files_per_class=3, test_files=2):
 
 @pytest.mark.parametrize('train_aug', input_pipeline.TRAIN_AUGS)
 def test_train_batches(mock_cifar10, train_aug):
-  config = make_config(mixup=0.2 if train_aug == 'inception' else 0.)
+  config = make_config()
   config.pp.train_aug = train_aug
   batch = next(input_pipeline.get_train_data(config))
   assert batch['image'].shape == (4, 16, 16, 3) and batch['image'].dtype == np.float32
@@ -134,13 +134,12 @@ def test_eval_is_exact(mock_cifar10):
   assert len(list(eval_data.batches())) == 3  # A second, fresh pass.
 
 
-@pytest.mark.parametrize('mixup', [0., 0.5])
-def test_train_is_deterministic_and_resumable(mock_cifar10, mixup):
-  config = make_config(mixup=mixup, shuffle_buffer=7)
+def test_train_is_deterministic_and_resumable(mock_cifar10):
+  config = make_config(shuffle_buffer=7)
   first = take(input_pipeline.get_train_data(config), 8)
   assert_batches_equal(first, take(input_pipeline.get_train_data(config), 8))
   assert_batches_equal(first[5:], take(input_pipeline.get_train_data(config, start_batch=5), 3))
-  other_seed = take(input_pipeline.get_train_data(make_config(mixup=mixup, seed=1)), 1)
+  other_seed = take(input_pipeline.get_train_data(make_config(seed=1)), 1)
   assert not np.array_equal(first[0]['image'], other_seed[0]['image'])
 
 
@@ -194,7 +193,6 @@ def test_two_processes_with_tfds(mock_cifar10):
     (dict(dataset=''), 'config.dataset is empty'),
     (dict(batch=3), 'config.batch=3 must be a positive multiple'),
     (dict(batch_eval=0), 'config.batch_eval=0 must be a positive multiple'),
-    (dict(mixup=-1.), 'mixup must be >= 0'),
     (dict(pp=dict(train='train', test='test', crop=16, train_aug='cutout')), 'train_aug'),
     (dict(pp=dict(train='train', test='test', crop=0)), 'config.pp.crop'),
     (dict(pp=dict(train='train', test='test', crop=16, random_erase=1.5)),

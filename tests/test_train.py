@@ -218,10 +218,10 @@ def test_ema_step_is_the_polyak_average_of_the_weights():
   step, state, batch = fixed_batch_step(config, 'cosine', total_steps=10, warmup_steps=0)
   params = jax.device_get(state['params'])
   expected = params
-  for _ in range(3):
+  for decay in (1 / 10, 2 / 11, 3 / 12):  # Warmed up: min(0.9, (1 + n) / (10 + n)).
     state, _ = step(state, batch)
     new = jax.device_get(state['params'])
-    expected = jax.tree.map(lambda e, p: 0.9 * e + 0.1 * p, expected, new)
+    expected = jax.tree.map(lambda e, p, d=decay: d * e + (1 - d) * p, expected, new)
     assert_trees_close(jax.device_get(state['ema_params']), expected)
   moved = jax.tree.map(lambda e, p: np.abs(e - p).max(), expected, params)
   assert max(jax.tree.leaves(moved)) > 1e-3  # The weights moved, so the check above bites.
@@ -267,6 +267,8 @@ def test_non_finite_loss_stops_with_step_range_and_keeps_checkpoint(tmp_path, mo
     (dict(pp=dict(crop=30)), 'multiple of the patch size 16 of testing; use --config.pp.crop=32'),
     (dict(loss='hinge'), 'Unknown loss'),
     (dict(ema_decay=1.), r'ema_decay=1.0 must be in \[0, 1\)'),
+    (dict(mixup=-1.), r'mixup=-1.0 must be >= 0'),
+    (dict(optim='adamw', weight_decay_on='biases'), 'Unknown weight_decay_on'),
     (dict(optim='lamb'), 'Unknown optim'),
     (dict(pretrained_path='/nonexistent/ViT-B_16.npz'), 'not found'),
 ])

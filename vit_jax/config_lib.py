@@ -48,7 +48,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.pp.area_min = 0.05  # Smallest crop area of the 'inception' crop (official: 5%).
   c.pp.randaug = ml_collections.ConfigDict(dict(num_layers=0, magnitude=10))  # 0 layers = off.
   c.pp.random_erase = 0.  # Random-erasing probability (a noise rectangle, Zhong et al.); 0 = off.
-  c.mixup = 0.  # Mixup alpha; 0 = off (official fine-tuning).
+  c.mixup = 0.  # Mixup alpha over the global batch, in the train step; 0 = off (official).
   c.pretrained_dir = checkpoint.DEFAULT_PRETRAINED_DIR  # Folder/bucket of <model_name>.npz.
   c.pretrained_path = ''  # Explicit .npz (local, gs:// or https://); wins over pretrained_dir.
   c.model_or_filename = ''  # AugReg file name (without .npz) instead of the model name.
@@ -63,6 +63,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.grad_norm_clip = 1.  # Global-norm gradient clipping; 0 = off.
   c.optim_dtype = 'bfloat16'  # SGD momentum dtype ('bfloat16' as official, or 'float32').
   c.weight_decay = 0.  # Decoupled weight decay (adamw only; multiplied by the lr as in optax).
+  # What weight_decay decays: 'kernels' (big_vision's default: not biases, norms, position
+  # embeddings or the class token) or 'all' (every param).
+  c.weight_decay_on = 'kernels'
   c.b1 = 0.9  # Adam beta1.
   c.b2 = 0.999  # Adam beta2.
   c.accum_steps = 8  # Gradient accumulation microbatches per step (same gradient, less memory).
@@ -75,7 +78,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.distill.kind = 'hard'  # 'hard' (DeiT: teacher argmax as a 2nd target) or 'soft' (KL at tau).
   c.distill.alpha = 0.5  # Weight of the teacher term; 1 - alpha for the true labels (DeiT: 0.5).
   c.distill.temperature = 1.  # Soft distillation's tau (the KL term is scaled by tau^2).
-  c.ema_decay = 0.  # Per-step weight average (e.g. 0.999) evaluated and exported; 0 = off.
+  # Per-step weight average (e.g. 0.999) evaluated and exported, its decay warmed up as
+  # min(decay, (1+n)/(10+n)) so it forgets the initial weights; 0 = off (raw weights exported).
+  c.ema_decay = 0.
   c.param_sharding = 'replicated'  # Or 'fsdp': params + optimizer state split over devices.
   c.batch = 512  # Global train batch over all devices and processes.
   c.batch_eval = 512  # Global eval batch.

@@ -1,8 +1,9 @@
 """Input pipelines: a TFDS dataset or a folder of images → numpy batches for this process.
 
 Train data is an infinite stream that is a function of `config.seed` and the position in it,
-so a run resumes exactly: every random choice (crop, flip, RandAugment, random erasing, mixup)
-comes from stateless ops seeded by the example's position (or the batch's index). Sources with
+so a run resumes exactly: every random choice (crop, flip, RandAugment, random erasing) comes
+from stateless ops seeded by the example's position (Mixup needs the global batch: it runs in the
+train step, `train.mixup`). Sources with
 random access (image folders, TFDS datasets prepared as ArrayRecord) address records by index:
 position p reads record `index_shuffle(p % N)` of epoch p // N's permutation, so resuming at any
 step costs the same and, with data_sharding='stream', each process reads only its slice of each
@@ -166,7 +167,8 @@ def get_train_data(config: Any, *, start_batch: int = 0) -> Iterator[Batch]:
 
   Args:
     config: Reads dataset, tfds_data_dir, tfds_manual_dir, data_sharding, pp.train, pp.crop,
-      pp.train_aug, pp.randaug, mixup, batch, shuffle_buffer, seed and prefetch.
+      pp.train_aug, pp.randaug, batch, shuffle_buffer, seed and prefetch (Mixup is applied
+      to the global batch in the train step).
     start_batch: Batches to skip; the stream then equals the one from 0 minus its first
       `start_batch` batches (used on resume, with the number of steps done).
 
@@ -191,13 +193,6 @@ def get_train_data(config: Any, *, start_batch: int = 0) -> Iterator[Batch]:
       example, tf.random.experimental.stateless_fold_in(example_seed, position)),
               num_parallel_calls=tf.data.AUTOTUNE)
   ds = ds.batch(local_batch, drop_remainder=True)
-  alpha = float(config.mixup)
-  if alpha < 0:
-    raise ValueError(f'mixup must be >= 0 (0 = off), got {alpha}.')
-  if alpha > 0:
-    mixup_seed = tf.random.experimental.stateless_fold_in(base_seed, 1)
-    ds = ds.enumerate(start=start_batch).map(lambda index, batch: _mixup(
-        batch, alpha, tf.random.experimental.stateless_fold_in(mixup_seed, index)))
   ds = ds.prefetch(max(1, int(config.prefetch)))
   return numpy_batches(ds)
 
@@ -887,11 +882,3 @@ def random_erase(image: tf.Tensor, probability: float, seed: tf.Tensor,
   inside &= tf.random.stateless_uniform([], apply_seed) < probability
   noise = tf.random.stateless_uniform(shape, noise_seed, 0., 255.)
   return tf.where(inside[:, :, None], noise, tf.cast(image, tf.float32))
-
-
-def _mixup(batch: Dict[str, tf.Tensor], alpha: float,
-           seed: tf.Tensor) -> Dict[str, tf.Tensor]:
-  """Mixes each example with its neighbour (roll by one), one Beta(alpha, alpha) per batch."""
-  gammas = tf.random.stateless_gamma([2], seed=seed, alpha=alpha)
-  ratio = gammas[0] / (gammas[0] + gammas[1])
-  return {k: ratio * v + (1. - ratio) * tf.roll(v, 1, axis=0) for k, v in batch.items()}

@@ -1,12 +1,14 @@
 """Learning-rate schedules and optimizers for fine-tuning (official) and pretraining (paper)."""
 
-from typing import Any
+from typing import Any, Callable, Optional
 
+import jax
 import jax.numpy as jnp
 import optax
 
 OPTIMIZERS = ('sgd', 'adamw')
 DECAY_TYPES = ('cosine', 'linear')
+WEIGHT_DECAY_ON = ('kernels', 'all')
 
 
 def learning_rate_schedule(*, total_steps: int, base_lr: float, decay_type: str,
@@ -34,7 +36,8 @@ def make_optimizer(config: Any, schedule: optax.Schedule) -> optax.GradientTrans
   """Global-norm clip, then SGD momentum 0.9 (fine-tuning) or AdamW (pretraining).
 
   Config fields: optim ('sgd'|'adamw'), grad_norm_clip, optim_dtype (SGD momentum dtype,
-  'bfloat16' as in the official code saves memory), b1, b2, weight_decay (decoupled, AdamW).
+  'bfloat16' as in the official code saves memory), b1, b2, weight_decay (decoupled, AdamW)
+  and weight_decay_on (which params it decays).
   """
   name = config.optim
   if name not in OPTIMIZERS:
@@ -49,5 +52,20 @@ def make_optimizer(config: Any, schedule: optax.Schedule) -> optax.GradientTrans
                            accumulator_dtype=jnp.dtype(config.optim_dtype)))
   else:
     chain.append(optax.adamw(schedule, b1=config.b1, b2=config.b2,
-                             weight_decay=config.weight_decay))
+                             weight_decay=config.weight_decay,
+                             mask=weight_decay_mask(config.weight_decay_on)))
   return optax.chain(*chain)
+
+
+def weight_decay_mask(on: str) -> Optional[Callable[[Any], Any]]:
+  """Which params AdamW decays: 'kernels' (big_vision's default `.*/kernel$`) or 'all'.
+
+  'kernels' leaves biases, norm scales, position embeddings and the class token undecayed:
+  decaying them pulls the norms' scales and the embeddings towards 0 for no regularisation gain.
+  """
+  if on not in WEIGHT_DECAY_ON:
+    raise ValueError(f'Unknown weight_decay_on={on!r}; use one of {", ".join(WEIGHT_DECAY_ON)}.')
+  if on == 'all':
+    return None
+  return lambda params: jax.tree_util.tree_map_with_path(
+      lambda path, _: getattr(path[-1], 'key', None) == 'kernel', params)

@@ -37,7 +37,12 @@ LOSSES = ('softmax_xent', 'sigmoid_xent')
 
 
 class NonFiniteLossError(ValueError):
-  """The training loss became NaN or infinite."""
+  """A step's loss, gradient or new weights became NaN or infinite (the step was not applied)."""
+
+
+# Mixup's rng stream: fold_in(rng, MIXUP_STREAM) then the step; no step (int32) reaches it, so it
+# never meets dropout's fold_in(rng, step).
+MIXUP_STREAM = 2**31 - 1
 
 
 def compute_loss(logits: jax.Array, labels: jax.Array, kind: str = 'softmax_xent',
@@ -49,6 +54,47 @@ def compute_loss(logits: jax.Array, labels: jax.Array, kind: str = 'softmax_xent
     # Summed over classes, as big_vision's i21k pretraining does.
     return optax.sigmoid_binary_cross_entropy(logits, labels).sum(axis=-1)
   return optax.softmax_cross_entropy(logits, labels)
+
+
+def mixup(images: jax.Array, labels: jax.Array, alpha: float,
+          rng: jax.Array) -> Tuple[jax.Array, jax.Array]:
+  """Mixes each example of the global batch with its neighbour (roll by one), one
+  Beta(alpha, alpha) ratio per batch, as big_vision does.
+
+  Called inside the jitted step on the global batch, so the pairs and the ratio are the same
+  whatever the number of processes and devices that hold it, and (with `rng` from the step) the
+  same after a resume; accumulation splits the mixed batch.
+  """
+  ratio = jax.random.beta(rng, alpha, alpha)
+
+  def mix(x):
+    return ratio * x + (1. - ratio) * jnp.roll(x, 1, axis=0)
+  return mix(images), mix(labels)
+
+
+def ema_decay_at(decay: float, updates: jax.Array) -> jax.Array:
+  """The weight average's decay after `updates` steps: min(decay, (1 + n) / (10 + n)).
+
+  The warm-up of TF's ExponentialMovingAverage(num_updates) (timm's ModelEma warm-up is alike):
+  without it a fraction decay^T of the average is still the initial model after T steps
+  (0.9995^500 = 0.78), and a short fine-tune exports mostly its zero head.
+  """
+  updates = jnp.asarray(updates, jnp.float32)
+  return jnp.minimum(decay, (1. + updates) / (10. + updates))
+
+
+def ema_initial_weight(decay: float, steps: int) -> float:
+  """The initial weights' share of the average after `steps` updates (product of the decays)."""
+  if steps <= 0:
+    return 1.
+  if not decay:
+    return 0.
+  updates = np.arange(steps, dtype=np.float64)
+  return float(np.exp(np.sum(np.log(np.minimum(decay, (1. + updates) / (10. + updates))))))
+
+
+def _all_finite(tree: Any) -> jax.Array:
+  return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
 
 
 def split_microbatches(x: jax.Array, accum_steps: int) -> jax.Array:
@@ -89,11 +135,14 @@ def make_train_step(model: Any, tx: optax.GradientTransformation, config: Any, m
   sharding of the state: with sharded params XLA inserts the all-gathers before use and
   reduce-scatters the gradients, in this same function. With a `teacher`, its params are a
   (replicated) argument of the compiled step and its forward pass runs per microbatch on the
-  same images (`distill`).
+  same images (`distill`). With `config.mixup` the global batch is mixed first (`mixup`). A step
+  whose loss, gradient norm or new weights are not finite returns the state unchanged, with
+  `metrics['nonfinite']` set for the loop to stop on.
   """
   loss_kind = config.loss
   smoothing = config.label_smoothing
   ema_decay = config.ema_decay
+  mixup_alpha = float(config.mixup)
 
   def loss_fn(params, images, labels, rng, teacher_params):
     logits = model.apply({'params': params}, images, train=True, rngs={'dropout': rng})
@@ -105,17 +154,27 @@ def make_train_step(model: Any, tx: optax.GradientTransformation, config: Any, m
 
   def train_step(state, batch, teacher_params):
     # Dropout rng derived from the step: no rng state to carry, identical on every process.
-    rng = jax.random.fold_in(jax.random.wrap_key_data(state['rng']), state['step'])
+    seed = jax.random.wrap_key_data(state['rng'])
+    rng = jax.random.fold_in(seed, state['step'])
+    images, labels = batch['image'], batch['label']
+    if mixup_alpha:
+      images, labels = mixup(images, labels, mixup_alpha, jax.random.fold_in(
+          jax.random.fold_in(seed, MIXUP_STREAM), state['step']))
     loss, grads = accumulate_gradient(
         functools.partial(loss_fn, teacher_params=teacher_params), state['params'],
-        batch['image'], batch['label'], rng, config.accum_steps or 1)
+        images, labels, rng, config.accum_steps or 1)
     updates, opt_state = tx.update(grads, state['opt_state'], state['params'])
     params = optax.apply_updates(state['params'], updates)
     new_state = dict(state, params=params, opt_state=opt_state, step=state['step'] + 1)
-    if ema_decay:  # Polyak average of the weights: new = decay * old + (1 - decay) * params.
-      new_state['ema_params'] = optax.incremental_update(params, state['ema_params'],
-                                                         1. - ema_decay)
-    return new_state, {'loss': loss, 'grad_norm': optax.tree.norm(grads)}
+    if ema_decay:  # Polyak average of the weights: new = d * old + (1 - d) * params, d warmed up.
+      new_state['ema_params'] = optax.incremental_update(
+          params, state['ema_params'], 1. - ema_decay_at(ema_decay, state['step']))
+    grad_norm = optax.tree.norm(grads)
+    # An inf gradient can come with a finite loss (clipping then turns its norm into NaN
+    # weights): such a step is not applied at all, and the loop stops before saving anything.
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm) & _all_finite(params)
+    new_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), new_state, state)
+    return new_state, {'loss': loss, 'grad_norm': grad_norm, 'nonfinite': ~finite}
 
   replicated = parallel.replicated(mesh)
   shardings = replicated if shardings is None else shardings
@@ -126,17 +185,20 @@ def make_train_step(model: Any, tx: optax.GradientTransformation, config: Any, m
   return lambda state, batch: step(state, batch, teacher_params)
 
 
-def make_eval_step(model: Any, mesh: Mesh, params_sharding: Any = None) -> Callable:
+def make_eval_step(model: Any, mesh: Mesh, params_sharding: Any = None,
+                   loss_kind: str = 'softmax_xent') -> Callable:
   """Returns jitted `eval_step(params, batch) -> {correct, loss, count}` as masked sums.
 
   `params_sharding` is the train state's (default replicated): eval reads the params in place.
+  `loss_kind` is the training loss's (`config.loss`, without label smoothing), so the eval loss
+  of a sigmoid run is the sigmoid loss it optimises.
   """
 
   def eval_step(params, batch):
     logits = model.apply({'params': params}, batch['image'], train=False)
     mask = batch['mask']
     correct = jnp.argmax(logits, -1) == jnp.argmax(batch['label'], -1)
-    loss = optax.softmax_cross_entropy(logits, batch['label'])
+    loss = compute_loss(logits, batch['label'], loss_kind)
     return {'correct': jnp.sum(correct * mask), 'loss': jnp.sum(loss * mask),
             'count': jnp.sum(mask)}
 
@@ -178,6 +240,8 @@ def validate_config(config: Any, mesh: Mesh) -> None:
   if config.loss not in LOSSES:
     raise ValueError(f'Unknown loss={config.loss!r}; use one of {", ".join(LOSSES)}.')
   distill.validate(config)
+  if config.mixup < 0:
+    raise ValueError(f'mixup={config.mixup} must be >= 0 (0 = off; 0.2 as in big_vision).')
   if not 0. <= config.ema_decay < 1.:
     raise ValueError(f'ema_decay={config.ema_decay} must be in [0, 1) (0 turns the weight '
                      'average off; 0.999 averages over ~1000 steps).')
@@ -458,7 +522,10 @@ def device_prefetch(batches: Iterator[Mapping[str, np.ndarray]], mesh: Mesh,
 
 
 class ProgressLog:
-  """One log line and one scalar record per interval: step, %, loss, lr, img/s/core, ETA."""
+  """One log line and one scalar record per interval: step, %, loss, lr, img/s/core, ETA.
+
+  The loss is the mean over the interval's steps (summed on device: no host sync per step).
+  """
 
   def __init__(self, writer, total: int, start_step: int, batch: int, history_path: str):
     self.writer, self.total, self.batch = writer, total, batch
@@ -466,8 +533,15 @@ class ProgressLog:
     self.last_step, self.last_time = start_step, time.time()
     self.start_step, self.start_time = start_step, time.time()
     self.data_wait = 0.
+    self.loss_sum, self.loss_count = jnp.zeros((), jnp.float32), 0
 
-  def train(self, step: int, loss: float, lr: float) -> None:
+  def add_loss(self, loss: jax.Array) -> None:
+    self.loss_sum, self.loss_count = self.loss_sum + loss, self.loss_count + 1
+
+  def train(self, step: int, lr: float) -> None:
+    """Logs the interval ending at `step`; `lr` is the learning rate that step used."""
+    loss = float(parallel.to_host(self.loss_sum)) / max(self.loss_count, 1)
+    self.loss_sum, self.loss_count = jnp.zeros((), jnp.float32), 0
     now = time.time()
     steps = max(step - self.last_step, 1)
     img_s_core = self.batch * steps / max(now - self.last_time, 1e-9) / jax.device_count()
@@ -502,6 +576,25 @@ def final_params(state: State) -> Any:
   return state.get('ema_params', state['params'])
 
 
+def exported_weights(config: Any) -> str:
+  """The name of the weights `final_params` returns, as the log and metadata.json give it."""
+  return 'ema' if config.ema_decay else 'raw'
+
+
+def log_weight_average(config: Any, total: int) -> None:
+  """Says which weights the run exports; warns when the average cannot have left its start."""
+  if not config.ema_decay:
+    return
+  initial = ema_initial_weight(config.ema_decay, total)
+  logging.info('Exporting the weight average (ema_decay=%g, warmed up as min(decay, '
+               '(1+n)/(10+n))): after %d steps the initial weights are %.2g of it.',
+               config.ema_decay, total, initial)
+  if initial > 0.01:
+    logging.warning('The weight average keeps %.0f%% of the initial weights after %d steps: '
+                    'train longer or set --config.ema_decay=0 to export the raw weights.',
+                    100 * initial, total)
+
+
 def run_eval(trainer: Trainer, eval_step: Callable, state: State, eval_data: Any,
              progress: ProgressLog, step: int) -> Dict[str, float]:
   """Evaluates `final_params(state)`; with a weight average, the raw weights too (`_raw`)."""
@@ -534,11 +627,23 @@ def export_params(trainer: Trainer, params: Any, workdir: str, result: Dict[str,
     return
   path = checkpoint.save(host, os.path.join(workdir, 'params.npz'))
   config = trainer.config
+  weights = exported_weights(config)
+  extra = dict(ema_decay=config.ema_decay, accuracy_raw=result.get('accuracy_raw')
+               ) if weights == 'ema' else {}
   checkpoint.write_metadata(
       workdir, model_config=config.model, image_size=config.pp.crop,
       class_names=trainer.info.class_names, dataset=config.dataset, step=trainer.total_steps,
-      accuracy=result.get('accuracy'), num_examples=result.get('num_examples'))
-  logging.info('Exported params to %s (with %s)', path, checkpoint.METADATA_FILE)
+      accuracy=result.get('accuracy'), num_examples=result.get('num_examples'),
+      weights=weights, **extra)
+  logging.info('Exported the %s weights (%s) to %s (with %s)', weights,
+               'weight average' if weights == 'ema' else 'not averaged', path,
+               checkpoint.METADATA_FILE)
+  raw, averaged = result.get('accuracy_raw'), result.get('accuracy')
+  if raw is not None and averaged is not None and raw > averaged:
+    # Chosen by the config, not by test accuracy (that would select on the test set).
+    logging.warning('The raw weights evaluate better than the exported average (%.4f > %.4f); '
+                    'rerun with --config.ema_decay=0 (or a smaller decay) to export them.',
+                    raw, averaged)
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, Any]:
@@ -557,11 +662,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   logging.info('Model %s, %d classes, %d steps of batch %d; starting at step %d.',
                config.model.get('model_name'), trainer.info.num_classes, trainer.total_steps,
                config.batch, start)
+  log_weight_average(config, trainer.total_steps)
   writer = metric_writers.create_default_writer(workdir, just_logging=jax.process_index() > 0)
   progress = ProgressLog(writer, trainer.total_steps, start, config.batch,
                          os.path.join(workdir, 'metrics.jsonl'))
   eval_data = input_pipeline.get_eval_data(config)
-  eval_step = make_eval_step(trainer.model, trainer.mesh, state_shardings(trainer)['params'])
+  eval_step = make_eval_step(trainer.model, trainer.mesh, state_shardings(trainer)['params'],
+                             config.loss)
   try:
     return _train_loop(trainer, state, start, manager, progress, eval_step, eval_data, workdir)
   finally:
@@ -586,7 +693,8 @@ def _train_loop(trainer: Trainer, state: State, start: int, manager: ocp.Checkpo
       batch, waited = next(batches)
       progress.data_wait += waited
       state, metrics = train_step(state, batch)
-      nonfinite = nonfinite | ~jnp.isfinite(metrics['loss'])
+      nonfinite = nonfinite | metrics['nonfinite']
+      progress.add_loss(metrics['loss'])
       if step == start + 1:
         logging.info('First step done (includes compilation).')
       stopping = stop.check(step, config.progress_every)
@@ -595,8 +703,8 @@ def _train_loop(trainer: Trainer, state: State, start: int, manager: ocp.Checkpo
         _check_finite(nonfinite, checked_step, step, manager)
         checked_step = step
       if _is_due(step, config.progress_every, total):
-        progress.train(step, float(parallel.to_host(metrics['loss'])),
-                       float(trainer.schedule(step)))
+        # Step `step` (1-based) was the optimizer's update number step - 1: that is its lr.
+        progress.train(step, float(trainer.schedule(step - 1)))
       if _is_due(step, config.eval_every, total):
         result = run_eval(trainer, eval_step, state, eval_data, progress, step)
       if save_due:
@@ -620,13 +728,22 @@ def _train_loop(trainer: Trainer, state: State, start: int, manager: ocp.Checkpo
 
 def _check_finite(nonfinite: jax.Array, last_good: int, step: int,
                   manager: ocp.CheckpointManager) -> None:
+  """Stops the run when a step since `last_good` was not finite, before anything is saved.
+
+  Such a step was not applied (`make_train_step`), and every checkpoint was saved after a
+  check like this one, so the checkpoints on disk all hold finite weights.
+  """
   if bool(parallel.to_host(nonfinite)):
     manager.wait_until_finished()
     kept = manager.latest_step()
+    where = (f'the last good checkpoint (step {kept}) is kept in {manager.directory}; rerun to '
+             'resume from it' if kept is not None else
+             'no checkpoint was saved before it, so a rerun starts from the beginning')
     raise NonFiniteLossError(
-        f'Loss became NaN/inf between steps {last_good + 1} and {step}; the last good checkpoint '
-        f'(step {kept}) is kept in {manager.directory}. Lower --config.base_lr, raise '
-        '--config.warmup_steps or check the input data, then rerun to resume.')
+        f'The loss, gradient or updated weights became NaN/inf between steps {last_good + 1} '
+        f'and {step} (that step was not applied; nothing after step {last_good} is saved or '
+        f'exported); {where}. Lower --config.base_lr, raise --config.warmup_steps, keep '
+        '--config.grad_norm_clip on or check the input data.')
 
 
 def pretrain_then_finetune(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, Any]:
