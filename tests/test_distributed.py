@@ -5,6 +5,7 @@ conftest.py forces 4 CPU devices for the whole test session.
 
 import glob
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -17,8 +18,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from test_damaged_checkpoints import truncate
 from vit_jax import checkpoint
 from vit_jax import config_lib
+from vit_jax import main
 from vit_jax import models
 from vit_jax import optim
 from vit_jax import parallel
@@ -120,12 +123,12 @@ def free_port():
 
 
 def launch(config_path, workdir, *, process_id=None, num_processes=None, port=None,
-           devices=2):
+           devices=2, args=()):
   env = dict(os.environ, XLA_FLAGS=f'--xla_force_host_platform_device_count={devices}',
              JAX_PLATFORMS='cpu')
   env.pop('JAX_NUM_CPU_DEVICES', None)
   command = [sys.executable, '-m', 'vit_jax.main', f'--config={config_path}',
-             f'--workdir={workdir}']
+             f'--workdir={workdir}', *args]
   if process_id is not None:
     command += [f'--coordinator_address=127.0.0.1:{port}', f'--num_processes={num_processes}',
                 f'--process_id={process_id}']
@@ -140,31 +143,49 @@ def finish(procs, timeout=300):
   return outputs
 
 
-def launch_pair(config_path, workdir):
+def launch_pair(config_path, workdir, args=()):
   port = free_port()
-  return [launch(config_path, workdir, process_id=i, num_processes=2, port=port)
+  return [launch(config_path, workdir, process_id=i, num_processes=2, port=port, args=args)
           for i in range(2)]
 
 
+def wait_for_checkpoint(procs, workdir, step=2):
+  deadline = time.time() + 240
+  while not os.path.isdir(os.path.join(workdir, 'checkpoints', str(step))):
+    assert time.time() < deadline and all(p.poll() is None for p in procs), 'no checkpoint'
+    time.sleep(0.2)
+
+
 @pytest.mark.slow
-def test_two_processes_equal_one_and_resume_from_shared_checkpoint(tmp_path):
+def test_two_processes_equal_one_after_sigterm_to_one_and_a_damaged_checkpoint(tmp_path):
   dataset = write_image_dataset(str(tmp_path / 'data'))
   config_path = tmp_path / 'config.py'
   config_path.write_text(CONFIG_FILE.format(dataset=dataset, steps=12))
   single_dir, multi_dir = str(tmp_path / 'single'), str(tmp_path / 'multi')
 
-  # Interrupt both processes (SIGTERM) once the first shared checkpoint exists, then rerun.
+  # SIGTERM to process 1 only, once the first shared checkpoint exists: both stop at the same
+  # step with a checkpoint, exit 143 (not 0: params.npz does not exist) and say how to continue.
   procs = launch_pair(config_path, multi_dir)
-  deadline = time.time() + 240
-  while not os.path.isdir(os.path.join(multi_dir, 'checkpoints', '2')):
-    assert time.time() < deadline and all(p.poll() is None for p in procs), 'no checkpoint'
-    time.sleep(0.2)
-  for p in procs:
-    p.send_signal(signal.SIGTERM)
+  wait_for_checkpoint(procs, multi_dir)
+  procs[1].send_signal(signal.SIGTERM)
   first = [p.communicate(timeout=120)[0] for p in procs]
+  assert [p.returncode for p in procs] == [main.EXIT_STOPPED] * 2, first[1][-3000:]
+  stops = [re.findall(r'^Stopped at step (\d+) by SIGTERM; checkpoint saved in \S+\. To '
+                      r'continue: python -m vit_jax\.main .*', out, re.M) for out in first]
+  assert [len(s) for s in stops] == [1, 1], first[0][-2000:]
+  stopped = [int(s[0]) for s in stops]
+  assert stopped[0] == stopped[1] > 2
   assert not os.path.exists(os.path.join(multi_dir, 'params.npz')), first[0][-2000:]
+
+  # The newest checkpoint damaged: both processes agree to fall back to the same older one.
+  checkpoints = os.path.join(multi_dir, 'checkpoints')
+  steps = sorted(int(name) for name in os.listdir(checkpoints))
+  assert steps[-1] == stopped[0]
+  truncate(os.path.join(checkpoints, str(steps[-1])), '_sharding')
   outputs = finish(launch_pair(config_path, multi_dir))
-  assert 'Resuming from checkpoint at step' in outputs[0] + outputs[1]
+  for out in outputs:
+    assert f'checkpoints/{steps[-1]} cannot be read' in out, out[-3000:]
+    assert f'Resuming from checkpoint at step {steps[-2]} ' in out, out[-3000:]
 
   finish([launch(config_path, single_dir, devices=4)])
   single = checkpoint.load(os.path.join(single_dir, 'params.npz'))
@@ -177,3 +198,25 @@ def test_two_processes_equal_one_and_resume_from_shared_checkpoint(tmp_path):
   assert {'params.npz', 'metrics.jsonl', 'train.log', 'curves.png'} <= set(written)
   assert len(glob.glob(os.path.join(multi_dir, 'events.out.tfevents.*'))) == 2
   assert not any('.1' in name and 'log' in name for name in written)
+
+
+@pytest.mark.slow
+def test_a_killed_process_ends_the_other_with_one_line(tmp_path):
+  dataset = write_image_dataset(str(tmp_path / 'data'))
+  config_path = tmp_path / 'config.py'
+  config_path.write_text(CONFIG_FILE.format(dataset=dataset, steps=10_000))
+  workdir = str(tmp_path / 'multi')
+  procs = launch_pair(config_path, workdir, args=['--peer_timeout=5'])
+  wait_for_checkpoint(procs, workdir)
+  procs[1].kill()
+  start = time.time()
+  out = procs[0].communicate(timeout=120)[0]
+  seconds = time.time() - start
+  assert procs[0].returncode == parallel.EXIT_PEER_LOST, out[-3000:]
+  lines = [line for line in out.splitlines() if line.startswith('error:')]
+  assert len(lines) == 1, out[-3000:]
+  assert lines[0].startswith('error: lost process 1 of 2 (no heartbeat for 5 s)')
+  assert f'--process_id=0 --workdir={workdir}' in lines[0] and 'Traceback' not in out
+  # The watchdog's timeout, not JAX's abort 30 s later (measured: 5 + about 1 s).
+  assert 5 <= seconds < 5 + parallel.JAX_HEARTBEAT_MARGIN_S, seconds
+  assert os.path.isdir(os.path.join(workdir, 'checkpoints', '2'))  # Kept for the rerun.

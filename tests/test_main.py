@@ -88,3 +88,20 @@ def test_training_on_the_eval_images_is_a_one_line_error(tmp_path):
       'examples'), proc.stderr[-2000:]
   assert '--config.pp.train=train[:98%] --config.pp.test=train[98%:]' in error[0]
   assert 'Traceback' not in proc.stderr
+
+
+def test_rerun_command_names_the_workdir_even_when_it_was_a_default():
+  from vit_jax import main
+  assert main.rerun_command('runs/20261124-2210', ['--config=c.py', '--config.batch=64']) == (
+      'python -m vit_jax.main --config=c.py --config.batch=64 --workdir=runs/20261124-2210')
+  assert main.rerun_command('a b', ['--workdir', 'a b', '--config=c.py']) == (
+      "python -m vit_jax.main --config=c.py '--workdir=a b'")
+
+
+def test_a_stop_with_work_left_is_found_in_either_stage():
+  from vit_jax import main
+  assert main.stopped_at({'stopped_at': 3, 'accuracy': .5}) == 3
+  assert main.stopped_at({'pretrain': {'stopped_at': 7}}) == 7
+  assert main.stopped_at({'pretrain': {'step': 9}, 'finetune': {'stopped_at': 2}}) == 2
+  assert main.stopped_at({'pretrain': {'step': 9}, 'finetune': {'step': 4}}) is None
+  assert main.EXIT_STOPPED == 143

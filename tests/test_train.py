@@ -1,6 +1,7 @@
 """Train loop: fine-tune from npz, pretrain, accumulation, exact resume, exact eval, errors."""
 
 import glob
+import json
 import os
 import signal
 from unittest import mock
@@ -117,6 +118,28 @@ def test_pretrain_then_finetune_chain(tmp_path, mock_cifar10):
   fine = final_params(str(tmp_path / 'finetune'))
   assert pre['Transformer']['posembed_input']['pos_embedding'].shape == (1, 2, 10)
   assert fine['Transformer']['posembed_input']['pos_embedding'].shape == (1, 5, 10)
+
+
+def test_extending_stage_1_restarts_stage_2_from_the_new_export(tmp_path, mock_cifar10):
+  config = ml_collections.ConfigDict()
+  config.trainer = 'pretrain_then_finetune'
+  config.pretrain = make_config(optim='adamw', base_lr=1e-3, pp=dict(crop=16), eval_every=0)
+  config.finetune = make_config(total_steps=2, pp=dict(crop=32), eval_every=0)
+  train.pretrain_then_finetune(config, str(tmp_path))
+  old_fine = final_params(str(tmp_path / 'finetune'))
+  train.pretrain_then_finetune(config, str(tmp_path))  # Unchanged rerun: nothing restarts.
+  assert not glob.glob(str(tmp_path / 'finetune.*'))
+  assert_trees_close(final_params(str(tmp_path / 'finetune')), old_fine, atol=0)
+
+  config.pretrain.total_steps = 8  # Stage 1 extended: stage 2 must follow the new export.
+  train.pretrain_then_finetune(config, str(tmp_path))
+  moved = str(tmp_path / 'finetune.from-stage1-step6')
+  assert_trees_close(final_params(moved), old_fine, atol=0)  # Kept whole, not deleted.
+  recorded = json.load(open(tmp_path / 'finetune' / train.STAGE1_FILE))
+  assert recorded == train.stage1_source(str(tmp_path / 'pretrain' / 'params.npz'), 8)
+  new_fine = checkpoint.flatten(final_params(str(tmp_path / 'finetune')))
+  assert any(np.any(new_fine[key] != value)  # Fine-tuned again, not the old export.
+             for key, value in checkpoint.flatten(old_fine).items())
 
 
 def test_accumulation_equals_full_batch_gradient():

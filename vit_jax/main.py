@@ -4,11 +4,18 @@ Kept short on purpose: flags, logging, then the trainer named by `config.trainer
 Examples:
   python -m vit_jax.main --config=configs/fashion_mnist_quickstart.py --workdir=runs/quick
   python -m vit_jax.main --config=configs/vit.py:b16,cifar10 --config.batch=64
+
+Exit codes: 0 finished (params.npz written); 1 a user error (one line on stderr); 2 an unknown
+config field; 75 another process of a multi-process run was lost (see --peer_timeout; restart
+every process, as the printed line says); 143 stopped by SIGTERM with a checkpoint saved and
+steps left (rerun the printed command to continue; 143 = 128 + SIGTERM, as a killed job).
 """
 
+import functools
 import importlib
 import logging as python_logging
 import os
+import shlex
 import sys
 import time
 import traceback
@@ -28,6 +35,9 @@ TRAINERS = {
     'pretrain_then_finetune': 'vit_jax.train:pretrain_then_finetune',
     'inference_time': 'vit_jax.inference_time:inference_time',
 }
+# A run stopped by SIGTERM with work left exits as a process killed by SIGTERM would (128 + 15),
+# so schedulers that restart only failed jobs restart it; 0 means params.npz exists.
+EXIT_STOPPED = 128 + 15
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Run directory (default: a new runs/<time>).')
 _COORDINATOR = flags.DEFINE_string(
@@ -35,6 +45,10 @@ _COORDINATOR = flags.DEFINE_string(
     '(or $JAX_COORDINATOR_ADDRESS); TPU pods and SLURM are detected automatically.')
 _NUM_PROCESSES = flags.DEFINE_integer('num_processes', None, 'Processes in a multi-process run.')
 _PROCESS_ID = flags.DEFINE_integer('process_id', None, 'This process index (0-based).')
+_PEER_TIMEOUT = flags.DEFINE_integer(
+    'peer_timeout', 60, 'Multi-process runs: seconds without a heartbeat from another process '
+    'after which this one exits with code 75 and one line naming it (JAX\'s own abort follows '
+    '30 s later as a backstop).', lower_bound=1)
 config_flags.DEFINE_config_file('config', None, 'Experiment config file (file.py or file.py:arg).',
                                 lock_config=True)
 flags.mark_flags_as_required(['config'])
@@ -73,16 +87,44 @@ def get_trainer(name: str) -> Callable[[Any, str], Dict[str, Any]]:
   return getattr(importlib.import_module(module), function)
 
 
+def rerun_command(workdir: str, argv=None) -> str:
+  """The command that continues this run: the same arguments, with the workdir made explicit
+  (a default `runs/<time>` workdir would otherwise start a new run)."""
+  argv = sys.argv[1:] if argv is None else argv
+  args = [a for a in argv if not (a.startswith('--workdir=') or a == '--workdir')]
+  if '--workdir' in argv:  # `--workdir DIR`: drop its value too.
+    index = argv.index('--workdir')
+    args = argv[:index] + argv[index + 2:]
+  return shlex.join(['python', '-m', 'vit_jax.main', *args, f'--workdir={workdir}'])
+
+
+def peer_lost_message(peer: int, why: str, *, workdir: str, count: int) -> str:
+  return (f'error: lost process {peer} of {count} ({why}); checkpoints in {workdir} are kept. '
+          f'Restart all {count} processes to resume, this one with: {rerun_command(workdir)}')
+
+
+def stopped_at(result: Dict[str, Any]) -> Any:
+  """The step at which a (stage of a) run stopped with work left, or None when it finished."""
+  if 'stopped_at' in result:
+    return result['stopped_at']
+  for stage in ('finetune', 'pretrain'):  # pretrain_then_finetune: {'pretrain': ..., ...}.
+    if isinstance(result.get(stage), dict) and 'stopped_at' in result[stage]:
+      return result[stage]['stopped_at']
+  return None
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   from vit_jax import parallel  # Imported after flag parsing: importing jax is slow.
   parallel.maybe_initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value,
-                                        _PROCESS_ID.value)
+                                        _PROCESS_ID.value, _PEER_TIMEOUT.value)
   import jax
   for handler in python_logging.getLogger().handlers:
     handler.addFilter(QuietLibraries())
   workdir = _WORKDIR.value or default_workdir()
+  watchdog = parallel.PeerWatchdog(_PEER_TIMEOUT.value, functools.partial(
+      peer_lost_message, workdir=workdir, count=jax.process_count())).start()
   log_path = add_file_logger(workdir) if jax.process_index() == 0 else None
   config = flags.FLAGS.config
   logging.info('Workdir: %s\nConfig:\n%s', workdir, config)
@@ -91,6 +133,7 @@ def main(argv):
                  '(fewer page faults per step; %s=0 turns it off).', hugepages.OPT_OUT)
   try:
     result = get_trainer(config.trainer)(config, workdir)
+    watchdog.stop()
   except (ValueError, FileNotFoundError, PermissionError) as e:
     # User errors (bad config, missing data or checkpoint): one line, traceback to the log.
     logging.debug('%s', traceback.format_exc())
@@ -99,7 +142,16 @@ def main(argv):
     if log_path:
       print(f'(details in {log_path})', file=sys.stderr)
     sys.exit(1)
+  except Exception:
+    logging.debug('%s', traceback.format_exc())
+    watchdog.settle()  # A peer lost mid-collective: its one line and exit 75, not a traceback.
+    raise
   logging.info('Result: %s', result)
+  step = stopped_at(result)
+  if step is not None:
+    print(f'Stopped at step {step} by SIGTERM; checkpoint saved in {workdir}. To continue: '
+          f'{rerun_command(workdir)}', file=sys.stderr)
+    sys.exit(EXIT_STOPPED)
   print(f'Done. Results: {result}\nWorkdir: {workdir}')
 
 

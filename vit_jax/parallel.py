@@ -7,7 +7,10 @@ over the same axis (`fsdp_sharding`), so each device holds 1/N of them.
 """
 
 import os
-from typing import Any, Mapping, Optional, Tuple
+import sys
+import threading
+import time
+from typing import Any, Callable, Mapping, Optional, Tuple
 
 import jax
 import numpy as np
@@ -19,28 +22,114 @@ PARAM_SHARDINGS = ('replicated', 'fsdp')
 # Arrays below this stay replicated under 'fsdp': 1-D biases and norms (<= 20 KiB even in ViT-H)
 # would cost a collective each and save nothing; every ViT kernel (>= 144 KiB) is above it.
 FSDP_MIN_BYTES = 64 * 1024
+# A process lost from a multi-process run (killed, crashed, its host gone) ends the others with
+# this code (sysexits' EX_TEMPFAIL: rerun the same command, the run resumes from a checkpoint).
+EXIT_PEER_LOST = 75
+# JAX's own coordination service aborts every process (SIGABRT and a thread dump) this long after
+# the watchdog's timeout, as a backstop should the watchdog not get to run.
+JAX_HEARTBEAT_MARGIN_S = 30
 
 
 def maybe_initialize_distributed(coordinator_address: Optional[str] = None,
                                  num_processes: Optional[int] = None,
-                                 process_id: Optional[int] = None) -> None:
+                                 process_id: Optional[int] = None,
+                                 peer_timeout: int = 60) -> None:
   """Starts JAX's distributed runtime when the run is launched as several processes.
 
   Explicit arguments win; otherwise JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES /
   JAX_PROCESS_ID; otherwise JAX's own auto-detection on TPU pods and SLURM. A plain single
-  process run does nothing.
+  process run does nothing. JAX's coordination service declares a silent process dead after
+  `peer_timeout + JAX_HEARTBEAT_MARGIN_S` seconds (its backstop; `PeerWatchdog` acts first).
   """
+  timeouts = dict(heartbeat_timeout_seconds=int(peer_timeout) + JAX_HEARTBEAT_MARGIN_S)
   address = coordinator_address or os.environ.get('JAX_COORDINATOR_ADDRESS')
   if address:
     num = num_processes if num_processes is not None else int(os.environ['JAX_NUM_PROCESSES'])
     pid = process_id if process_id is not None else int(os.environ['JAX_PROCESS_ID'])
     # Cross-process collectives on CPU (tests, CPU clusters); GPUs/TPUs use their own.
     jax.config.update('jax_cpu_collectives_implementation', 'gloo')
-    jax.distributed.initialize(coordinator_address=address, num_processes=num, process_id=pid)
+    jax.distributed.initialize(coordinator_address=address, num_processes=num, process_id=pid,
+                               **timeouts)
   elif _on_managed_cluster():
-    jax.distributed.initialize()
+    jax.distributed.initialize(**timeouts)
   logging.info('JAX process %d / %d, %d local / %d global devices', jax.process_index(),
                jax.process_count(), jax.local_device_count(), jax.device_count())
+
+
+class PeerWatchdog:
+  """Ends this process with one line and `EXIT_PEER_LOST` when another process goes silent.
+
+  Left alone, a survivor waits in its next collective until JAX's coordination service notices
+  the missed heartbeats, then aborts (SIGABRT, exit 134) with a thread dump that names no process.
+  Here each process writes a beat counter to the coordination service's key-value store every
+  `interval` s; a peer whose counter has not moved for `timeout` s (or the coordinator itself
+  becoming unreachable) is reported by index. `os._exit` skips the shutdown barrier, which would
+  wait for the lost process. Checkpoints already written are complete (orbax renames a step into
+  place only when every process finished it), so the rerun resumes from the newest one.
+  """
+
+  PREFIX = 'vit_jax/alive/'
+
+  def __init__(self, timeout: float, message: Callable[[int, str], str]):
+    from jax._src import distributed  # orbax reads the same client for its barriers.
+    self.client = distributed.global_state.client
+    self.me, self.count = jax.process_index(), jax.process_count()
+    # Each beat reads every process's key: 1 s up to 64 processes, slower beyond (the
+    # coordinator answers count^2 / interval entries per second).
+    self.timeout, self.interval, self.message = timeout, max(1., self.count / 64), message
+    self.finished = False
+    self._thread = threading.Thread(target=self._run, name='PeerWatchdog', daemon=True)
+
+  def start(self) -> 'PeerWatchdog':
+    if self.client is not None and self.count > 1:
+      self._thread.start()
+    return self
+
+  def stop(self) -> None:
+    """Marks this process as finished, so that peers still exporting do not report it lost."""
+    self.finished = True
+    if self.client is not None and self.count > 1:
+      try:
+        self.client.key_value_set(f'{self.PREFIX}{self.me}', 'done', allow_overwrite=True)
+      except Exception:  # The coordinator already shut down: nobody is left to watch.
+        pass
+
+  def settle(self) -> None:
+    """Called with an error in flight (a collective that failed because a peer vanished, e.g.
+    gloo's 'Connection closed by peer'): waits up to the timeout for the watchdog's verdict, so a
+    lost peer ends the run with its one line instead of a traceback; otherwise returns."""
+    if self._thread.is_alive():
+      self._thread.join(self.timeout + 5 * self.interval)
+
+  def _run(self) -> None:
+    beats, last_change = {}, {}
+    for beat in range(1 << 62):
+      if self.finished:
+        return
+      now = time.monotonic()
+      try:
+        self.client.key_value_set(f'{self.PREFIX}{self.me}', str(beat), allow_overwrite=True)
+        values = dict(self.client.key_value_dir_get(self.PREFIX))
+      except Exception as e:  # The coordination service (in process 0) is gone.
+        if not self.finished:
+          self._lost(0, f'the coordinator stopped answering ({str(e).splitlines()[0][:120]})')
+        return
+      for peer in range(self.count):
+        value = values.get(f'{self.PREFIX}{peer}')
+        if peer == self.me or value == 'done':
+          continue
+        if value != beats.get(peer) or peer not in last_change:
+          beats[peer], last_change[peer] = value, now
+        elif now - last_change[peer] > self.timeout:
+          self._lost(peer, f'no heartbeat for {self.timeout:g} s')
+          return
+      time.sleep(self.interval)
+
+  def _lost(self, peer: int, why: str) -> None:
+    if self.finished:
+      return
+    print(self.message(peer, why), file=sys.stderr, flush=True)
+    os._exit(EXIT_PEER_LOST)
 
 
 def _on_managed_cluster() -> bool:

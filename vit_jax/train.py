@@ -7,6 +7,8 @@ checkpoints → `workdir/params.npz` in the published format.
 
 import dataclasses
 import functools
+import hashlib
+import json
 import os
 import signal
 import threading
@@ -650,7 +652,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   """Trains (or continues training) per `config` in `workdir`; returns final eval metrics.
 
   Writes TensorBoard events, `metrics.jsonl` + `curves.png`, orbax checkpoints under
-  `workdir/checkpoints` and the final `workdir/params.npz`.
+  `workdir/checkpoints` and the final `workdir/params.npz`. Returns `{'step': total, ...}` when
+  finished, or `{'stopped_at': step, ...}` when SIGTERM stopped it with steps left (a checkpoint
+  saved, no params.npz; `python -m vit_jax.main` exits 143 then).
   """
   manager = make_checkpoint_manager(workdir, config)
   trainer = build_trainer(config, needs_pretrained=manager.latest_step() is None)
@@ -746,11 +750,77 @@ def _check_finite(nonfinite: jax.Array, last_good: int, step: int,
         '--config.grad_norm_clip on or check the input data.')
 
 
+STAGE1_FILE = 'stage1.json'  # In the fine-tuning workdir: the stage-1 export it started from.
+
+
+def stage1_source(params_path: str, step: int) -> Dict[str, Any]:
+  """What identifies a stage-1 export: a sha256 of its arrays (names, dtypes, shapes, values) and
+  the step it was exported at. Of the arrays, not the file: a rerun of a finished stage 1
+  re-exports the same arrays into a zip with new timestamps."""
+  digest = hashlib.sha256()
+  with np.load(params_path, allow_pickle=False) as npz:
+    for name in sorted(npz.files):
+      array = npz[name]
+      digest.update(f'{name}:{array.dtype.str}:{array.shape};'.encode())
+      digest.update(np.ascontiguousarray(array).tobytes())
+  return {'params_sha256': digest.hexdigest(), 'step': int(step)}
+
+
+def _read_stage1(fine_dir: str) -> Optional[Dict[str, Any]]:
+  path = os.path.join(fine_dir, STAGE1_FILE)
+  if not os.path.exists(path):
+    return None
+  with open(path, encoding='utf-8') as f:
+    return json.load(f)
+
+
+def _has_progress(fine_dir: str) -> bool:
+  """Whether stage 2 already trained here (a checkpoint or an export to resume or reuse)."""
+  ckpt_dir = os.path.join(fine_dir, 'checkpoints')
+  return (os.path.exists(os.path.join(fine_dir, 'params.npz'))
+          or (os.path.isdir(ckpt_dir) and bool(os.listdir(ckpt_dir))))
+
+
+def _free_name(path: str) -> str:
+  candidate, n = path, 1
+  while os.path.exists(candidate):
+    n += 1
+    candidate = f'{path}-{n}'
+  return candidate
+
+
+def tie_to_stage1(fine_dir: str, source: Dict[str, Any]) -> None:
+  """Makes stage 2 fine-tune from this stage-1 export: a stage 2 that started from another one
+  (stage 1 extended or rerun) is moved aside whole, never deleted, and starts afresh.
+
+  The export stage 2 started from is recorded in `fine_dir/stage1.json`. A stage 2 with progress
+  but no record (written by older code) cannot be vouched for and is moved aside too.
+  """
+  if jax.process_index() == 0:
+    recorded = _read_stage1(fine_dir)
+    if _has_progress(fine_dir) and recorded != source:
+      was = f'step {recorded["step"]}' if recorded else 'an unrecorded stage-1 export'
+      moved = _free_name(f'{fine_dir}.from-stage1-' + (f'step{recorded["step"]}' if recorded
+                                                       else 'unknown'))
+      os.rename(fine_dir, moved)
+      logging.warning('Stage 1 changed since stage 2 started (stage 2 fine-tuned from %s, stage 1 '
+                      'is now at step %d): the old stage 2 is moved to %s, fine-tuning restarts.',
+                      was, source['step'], moved)
+    if _read_stage1(fine_dir) != source:
+      os.makedirs(fine_dir, exist_ok=True)
+      with open(os.path.join(fine_dir, STAGE1_FILE), 'w', encoding='utf-8') as f:
+        json.dump(source, f, indent=1)
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils  # Only for multi-process runs.
+    multihost_utils.sync_global_devices('vit_jax: stage 2 tied to stage 1')
+
+
 def pretrain_then_finetune(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, Any]:
   """Runs `config.pretrain`, exports its npz, then fine-tunes `config.finetune` from that npz.
 
   Each stage has its own sub-workdir (so each resumes on its own); the fine-tuning stage may use
-  a higher `pp.crop`, in which case the position embeddings are resized on load.
+  a higher `pp.crop`, in which case the position embeddings are resized on load. Stage 2 is tied
+  to the stage-1 export it started from (`tie_to_stage1`): extending stage 1 restarts stage 2.
   """
   pre_dir, fine_dir = os.path.join(workdir, 'pretrain'), os.path.join(workdir, 'finetune')
   logging.info('Stage 1/2: pretraining in %s', pre_dir)
@@ -759,6 +829,7 @@ def pretrain_then_finetune(config: ml_collections.ConfigDict, workdir: str) -> D
     return {'pretrain': pre}
   finetune = ml_collections.ConfigDict(config.finetune.to_dict())
   finetune.pretrained_path = os.path.join(pre_dir, 'params.npz')
+  tie_to_stage1(fine_dir, stage1_source(finetune.pretrained_path, pre['step']))
   logging.info('Stage 2/2: fine-tuning from %s at %dpx in %s', finetune.pretrained_path,
                finetune.pp.crop, fine_dir)
   fine = train_and_evaluate(finetune, fine_dir)
