@@ -1,7 +1,9 @@
 """vit-jax: Vision Transformer training and checkpoints in JAX/Flax.
 
-Floors are the versions this project was tested with (2026-11). For GPUs install
-`jax[cuda12]` (or `jax[tpu]` on a TPU VM) before or after this package; see README.md.
+Floors, for library users, are the versions this project was first tested with (2026-11); the
+exact versions of the last passing test run are pinned in constraints.txt, which
+scripts/setup.sh installs (docs/troubleshooting.md). For GPUs install `jax[cuda12]` (or `jax[tpu]` on a TPU VM) before or
+after this package; see README.md.
 """
 
 import setuptools
@@ -29,6 +31,10 @@ INSTALL_REQUIRES = [
 ]
 
 TESTS_REQUIRE = [
+    # Executes notebooks/vit_jax.ipynb in a fresh kernel (tests/test_notebook.py).
+    'ipykernel>=7.0',
+    'nbclient>=0.11',
+    'nbformat>=5.10',
     'pytest>=9.0',
     'pytest-xdist>=3.8',
     'ruff>=0.17',

@@ -2,8 +2,10 @@ r"""Fine-tunes ImageNet-21k ViT-B/16 on Oxford-IIIT Pets at 384px.
 
 Command:
   python -m vit_jax.main --config=configs/vit_b16_oxford_iiit_pet.py --workdir=runs/b16_pets
-Expected: about 93-94% top-1 after 500 steps (the ViT paper, Table 2, reports 94.43% for
-ViT-B/16 i21k → Pets with longer schedules; treat ours as a quick run).
+Expected (not reproduced here): the ViT paper (arXiv:2010.11929) reports 94.43% for ViT-B/16
+pre-trained on ImageNet-21k and fine-tuned on Oxford-IIIT Pets at 384px (appendix Table 5),
+with the schedule used here (Table 4: 500 steps, batch 512), its learning rate picked from
+{0.001, 0.003, 0.01, 0.03} on a held-out split (here the preset's 0.03 on `train[:90%]`).
 """
 
 from vit_jax import config_lib

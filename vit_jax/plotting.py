@@ -30,10 +30,11 @@ def read_history(path: str) -> Dict[str, Dict[int, float]]:
 
 def plot_stages(histories: Mapping[str, str], png_path: str) -> None:
   """One figure: loss (train, test) and test accuracy per stage, stages side by side in x."""
-  import matplotlib  # Imported lazily: plotting is not on the training hot path.
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt
-  fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+  # A pyplot-free Figure, imported lazily (not on the training hot path): switching the global
+  # backend to Agg here would stop a notebook that trains from showing its own plots.
+  from matplotlib.figure import Figure
+  fig = Figure(figsize=(11, 4))
+  axes = fig.subplots(1, 2)
   offset = 0
   for stage, path in histories.items():
     series = read_history(path)
@@ -54,7 +55,6 @@ def plot_stages(histories: Mapping[str, str], png_path: str) -> None:
     ax.legend(fontsize=8)
   fig.tight_layout()
   fig.savefig(png_path, dpi=100)
-  plt.close(fig)
 
 
 def plot_curves(history_path: str, png_path: str) -> None:
