@@ -6,13 +6,15 @@ Examples:
   python -m vit_jax.main --config=configs/vit.py:b16,cifar10 --config.batch=64
 """
 
+import hashlib
 import importlib
+import json
 import logging as python_logging
 import os
+import re
 import sys
-import time
 import traceback
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Mapping
 
 from absl import app
 from absl import flags
@@ -29,7 +31,9 @@ TRAINERS = {
     'inference_time': 'vit_jax.inference_time:inference_time',
 }
 
-_WORKDIR = flags.DEFINE_string('workdir', None, 'Run directory (default: a new runs/<time>).')
+_WORKDIR = flags.DEFINE_string(
+    'workdir', None, 'Run directory (default: runs/<config stem>[_<arg>]-<hash of the config '
+    'file, its arg and the --config.* overrides>, so the same command resumes the same run).')
 _COORDINATOR = flags.DEFINE_string(
     'coordinator_address', None, 'host:port of process 0 for multi-process runs '
     '(or $JAX_COORDINATOR_ADDRESS); TPU pods and SLURM are detected automatically.')
@@ -40,8 +44,38 @@ config_flags.DEFINE_config_file('config', None, 'Experiment config file (file.py
 flags.mark_flags_as_required(['config'])
 
 
-def default_workdir() -> str:
-  return os.path.join('runs', time.strftime('%Y%m%d-%H%M%S'))
+def default_workdir(config_spec: str, overrides: Mapping[str, Any]) -> str:
+  """The run directory a command names without `--workdir`: the same command, the same run.
+
+  Derived from the command alone (no time, no host), so a rerun resumes where the last run
+  stopped and every process of a multi-host run agrees without talking to the others. The
+  overrides are normalised: their order and spelling (`--config.batch=064` = `=64`) do not
+  matter, their parsed values do.
+
+  Args:
+    config_spec: the `--config` value, `path/file.py` or `path/file.py:arg`.
+    overrides: the parsed `--config.*` overrides, {dotted field: value}.
+
+  Returns:
+    `runs/<file stem>[_<arg>]-<8 hex digits>`, e.g. `runs/vit_b16_cifar10-1f0c3a9e`; the hash
+    covers the normalised file path, the arg and the overrides, so other files or overrides
+    never share a directory.
+  """
+  path, _, arg = config_spec.partition(':')
+  stem = os.path.splitext(os.path.basename(path))[0]
+  name = re.sub(r'[^A-Za-z0-9.=-]+', '_', f'{stem}_{arg}' if arg else stem).strip('_')
+  key = json.dumps([os.path.normpath(path), arg,
+                    sorted((field, repr(value)) for field, value in overrides.items())])
+  return os.path.join('runs', f'{name[:80]}-{hashlib.sha256(key.encode()).hexdigest()[:8]}')
+
+
+def command_workdir() -> str:
+  """`--workdir`, else the directory this command's config and overrides name."""
+  if _WORKDIR.value:
+    return _WORKDIR.value
+  flag = flags.FLAGS['config']
+  return default_workdir(config_flags.get_config_filename(flag),
+                         config_flags.get_override_values(flag))
 
 
 def add_file_logger(workdir: str) -> str:
@@ -82,9 +116,11 @@ def main(argv):
   import jax
   for handler in python_logging.getLogger().handlers:
     handler.addFilter(QuietLibraries())
-  workdir = _WORKDIR.value or default_workdir()
+  workdir = command_workdir()
   log_path = add_file_logger(workdir) if jax.process_index() == 0 else None
   config = flags.FLAGS.config
+  if jax.process_index() == 0:
+    print(f'Run directory: {workdir} (rerunning the same command resumes it)', flush=True)
   logging.info('Workdir: %s\nConfig:\n%s', workdir, config)
   if hugepages.active():
     logging.info('glibc.malloc.hugetlb=1: XLA:CPU buffers use transparent huge pages '
@@ -97,7 +133,7 @@ def main(argv):
     message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     print(f'error: {message}', file=sys.stderr)
     if log_path:
-      print(f'(details in {log_path})', file=sys.stderr)
+      print(f'(details in {log_path}; run directory {workdir})', file=sys.stderr)
     sys.exit(1)
   logging.info('Result: %s', result)
   print(f'Done. Results: {result}\nWorkdir: {workdir}')
