@@ -1,6 +1,7 @@
 """`python -m vit_jax.main` as users run it: one-line errors, no traceback."""
 
 import glob
+import json
 import os
 import signal
 import socket
@@ -92,3 +93,29 @@ def test_same_command_twice_without_workdir_continues_one_run(tmp_path):
   assert f'Run directory: runs/{runs[0]}' in out_first, out_first[-3000:]
   assert f'Workdir: runs/{runs[0]}' in out_second
   assert os.path.isfile(tmp_path / 'runs' / runs[0] / 'params.npz')
+
+
+@pytest.mark.slow
+def test_a_renamed_copy_of_a_trained_posemb_none_model_predicts_the_same(tmp_path, capsys):
+  """The user's path of issue 28.5: train with posemb='none', copy params.npz under another
+  name elsewhere, predict with the copy: the same probabilities as with the run directory."""
+  from vit_jax import predict  # noqa: PLC0415  # TF-heavy; only this test needs it.
+  dataset = write_image_dataset(str(tmp_path / 'data'), train_per_class=4, test_per_class=2)
+  dropout = 'config.model.transformer.dropout_rate = 0.'
+  config = CONFIG_FILE.format(dataset=dataset, steps=2)  # 32px, the 'testing' ViT.
+  (tmp_path / 'config.py').write_text(config.replace(
+      dropout, f"{dropout}\n  config.model.posemb = 'none'"))
+  proc = launch('config.py', 'run', devices=1, cwd=tmp_path)
+  out = proc.communicate(timeout=300)[0]
+  assert proc.returncode == 0, out[-3000:]
+  images = sorted(glob.glob(os.path.join(dataset, 'test', '*', '*.png')))
+  copy = tmp_path / 'elsewhere' / 'fmnist_vit.npz'
+  copy.parent.mkdir()
+  copy.write_bytes((tmp_path / 'run' / 'params.npz').read_bytes())
+  results = []
+  for target in (tmp_path / 'run', copy):
+    assert predict.main(['predict', f'--checkpoint={target}', '--json', *images]) == 0
+    results.append(json.loads(capsys.readouterr().out))
+  assert results[1]['image_size'] == results[0]['image_size'] == 32
+  for a, b in zip(results[0]['results'], results[1]['results']):
+    assert a['predictions'] == b['predictions']
