@@ -338,3 +338,20 @@ def test_a_bare_npz_warns_once_naming_what_it_assumed(tmp_path, caplog):
     stated = features.load_model(bare)
   assert not [r for r in caplog.records if r.levelname == 'WARNING']
   assert stated.config.posemb == 'none' and stated.image_size == 28 and stated.assumed == ()
+
+
+def test_fine_tuning_a_described_file_with_another_posemb_warns(tmp_path, caplog):
+  """sincos2d and none have the same (no) parameters: only the description can tell."""
+  run, model, params = _exported_run(tmp_path, posemb='none')
+  config = _vit('n', patch=7, posemb='sincos2d')
+  init = models.get_model(config, num_classes=5).init(
+      jax.random.key(1), images(1, 28, 28), train=False)['params']
+  with caplog.at_level('WARNING'):
+    checkpoint.load_pretrained(pretrained_path=str(run), init_params=init, model_config=config)
+  warnings = [r.getMessage() for r in caplog.records if r.levelname == 'WARNING']
+  assert len(warnings) == 1 and "posemb 'none' in the file, 'sincos2d' in the config" in warnings[0]
+  caplog.clear()
+  with caplog.at_level('WARNING'):
+    checkpoint.load_pretrained(pretrained_path=str(run), init_params=init,
+                               model_config=_vit('n', patch=7, posemb='none'))
+  assert not [r for r in caplog.records if r.levelname == 'WARNING']

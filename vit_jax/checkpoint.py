@@ -465,7 +465,9 @@ def load_pretrained(*, pretrained_path: str, init_params: Mapping[str, Any], mod
   Returns:
     A param tree shaped like `init_params`.
   """
-  restored = load(resolve_name(pretrained_path), cache_dir)
+  path = resolve_name(pretrained_path)
+  restored = load(path, cache_dir)
+  _warn_if_described_otherwise(path, model_config)
   if model_config['representation_size'] is None and 'pre_logits' in restored:
     logging.info('load_pretrained: dropping pre_logits (representation_size=None).')
     del restored['pre_logits']
@@ -485,6 +487,25 @@ def load_pretrained(*, pretrained_path: str, init_params: Mapping[str, Any], mod
     restored = fit_posemb(restored, model_config, grid)
   check_tree(restored, init_params, pretrained_path)
   return _cast_like(restored, init_params)
+
+
+def _warn_if_described_otherwise(path: str, model_config: Any) -> None:
+  """One warning when a file's description gives another posemb/classifier than the config.
+
+  Neither has parameters of its own in every case (sincos2d vs none; token vs token_unpooled),
+  so the shapes fit and fine-tuning would silently start from another model than was trained.
+  """
+  described = (read_metadata(path) or {}).get('model') or {}
+  if not described or presets.is_mixer(model_config) or presets.is_resnet(model_config):
+    return
+  config = _full_vit(model_config)  # Fields a preset leaves out take the official defaults.
+  changed = [f'{key} {described[key]!r} in the file, {config[key]!r} in the config'
+             for key in ('posemb', 'classifier')
+             if key in described and described[key] != config[key]]
+  if changed:
+    logging.warning('load_pretrained: %s was trained with another model: %s; set '
+                    '--config.model.<field> to the file\'s value to fine-tune the model it holds.',
+                    path, '; '.join(changed))
 
 
 def _cast_like(params: Mapping[str, Any], like: Mapping[str, Any]) -> Params:
