@@ -902,7 +902,12 @@ def read_metadata(npz_path_or_dir: str) -> Optional[Dict[str, Any]]:
     if data.get('params_file', PARAMS_FILE) == name:
       return data
   if os.path.isfile(sidecar_path(npz_path_or_dir)):
-    return _read_json(sidecar_path(npz_path_or_dir))
+    data = _read_json(sidecar_path(npz_path_or_dir))
+    if not isinstance(data, dict):
+      raise CheckpointError(f'{sidecar_path(npz_path_or_dir)} is not a description of '
+                            f'{name} (a JSON object like a run\'s {METADATA_FILE}); fix or '
+                            'rename it.')
+    return data
   return embedded_metadata(npz_path_or_dir) if os.path.isfile(npz_path_or_dir) else None
 
 
