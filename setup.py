@@ -48,6 +48,8 @@ setuptools.setup(
     name='vit-jax',
     version='0.1.0',
     description='Vision Transformer (ViT), hybrid ResNet+ViT and MLP-Mixer in JAX/Flax.',
+    license='Apache-2.0',
+    license_files=['LICENSE'],  # SPDX expression (PEP 639); setuptools deprecates license classifiers.
     packages=setuptools.find_packages(include=['vit_jax', 'vit_jax.*']),
     package_data={'vit_jax': ['labels/*.txt']},
     python_requires='>=3.10',

@@ -266,3 +266,92 @@ def test_fit_posemb_learn_2d_per_axis():
   np.testing.assert_allclose(fitted['pos_embedding_row'][:, 0], np.arange(11) / 2, atol=1e-6)
   np.testing.assert_array_equal(fitted['pos_embedding_col'], rows[:4])  # Already 4 columns.
   assert params['Transformer']['posembed_input']['pos_embedding_row'] is rows  # Not in place.
+
+
+def _exported_run(tmp_path, **fields):
+  """What a run exports: params.npz with its description embedded, and metadata.json beside it."""
+  config = _vit('n', patch=7, **fields)
+  model = models.get_model(config, num_classes=3)
+  params = perturb(model.init(jax.random.key(0), images(1, 28, 28), train=False)['params'])
+  run = tmp_path / 'run'
+  description = dict(model_config=config, image_size=28, class_names=['a', 'b', 'c'],
+                     dataset='folder', step=2)
+  checkpoint.save(params, str(run / 'params.npz'), metadata=checkpoint.describe_run(**description))
+  checkpoint.write_metadata(str(run), **description)
+  return run, model, params
+
+
+def _logits(loaded):
+  x = images(2, loaded.image_size, loaded.image_size, seed=3)
+  return np.asarray(loaded.model.apply({'params': loaded.params}, x, train=False))
+
+
+@pytest.mark.parametrize('fields', [dict(posemb='none'), dict(classifier='token_unpooled'),
+                                    dict(classifier='unpooled', posemb='none')])
+def test_a_renamed_copy_of_an_export_is_the_same_model(fields, tmp_path):
+  """cp run/params.npz elsewhere/fmnist_vit.npz: the copy says what model it is (issue 28.5)."""
+  run, model, params = _exported_run(tmp_path, **fields)
+  copy = tmp_path / 'elsewhere' / 'fmnist_vit.npz'
+  copy.parent.mkdir()
+  copy.write_bytes((run / 'params.npz').read_bytes())
+  original, renamed = features.load_model(str(run)), features.load_model(str(copy))
+  assert renamed.assumed == () and renamed.image_size == 28
+  assert renamed.class_names == ('a', 'b', 'c')
+  for key, value in fields.items():
+    assert renamed.config[key] == value
+  np.testing.assert_array_equal(_logits(renamed), _logits(original))
+  x = images(2, 28, 28, seed=3)
+  np.testing.assert_array_equal(_logits(renamed), model.apply({'params': params}, x, train=False))
+
+
+def test_the_description_is_invisible_to_npz_readers(tmp_path):
+  """np.load (the official loader, timm) sees exactly the published keys and arrays."""
+  run, _, params = _exported_run(tmp_path, posemb='none')
+  bare = checkpoint.save(params, str(tmp_path / 'bare.npz'))
+  with np.load(run / 'params.npz', allow_pickle=False) as exported, np.load(bare) as plain:
+    assert sorted(exported.files) == sorted(plain.files)
+    for key in plain.files:
+      np.testing.assert_array_equal(exported[key], plain[key])
+  assert checkpoint.embedded_metadata(bare) is None
+  assert checkpoint.embedded_metadata(str(run / 'params.npz'))['model']['posemb'] == 'none'
+
+
+def test_a_bare_npz_warns_once_naming_what_it_assumed(tmp_path, caplog):
+  """A posemb='none' file without description: read as sincos2d at 224px, said in ONE line."""
+  run, _, params = _exported_run(tmp_path, posemb='none')
+  bare = checkpoint.save(params, str(tmp_path / 'fmnist_vit.npz'))
+  with caplog.at_level('WARNING'):
+    loaded = features.load_model(bare)
+  warnings = [r.getMessage() for r in caplog.records if r.levelname == 'WARNING']
+  assert len(warnings) == 1, warnings
+  for said in ('posemb sincos2d', 'classifier token', 'dropout_rate 0.0', 'image_size 224',
+               'fmnist_vit.json', '--model'):
+    assert said in warnings[0], warnings[0]
+  assert loaded.config.posemb == 'sincos2d' and loaded.image_size == 224
+  # The warning is right to worry: the same weights give other logits than the run's model.
+  at_28 = features.load_model(bare, image_size=28)
+  assert np.abs(_logits(at_28) - _logits(features.load_model(str(run)))).max() > 1e-3
+  # Stated in <name>.json beside the file (the metadata.json format), nothing is assumed.
+  (tmp_path / 'fmnist_vit.json').write_text((run / 'metadata.json').read_text())
+  caplog.clear()
+  with caplog.at_level('WARNING'):
+    stated = features.load_model(bare)
+  assert not [r for r in caplog.records if r.levelname == 'WARNING']
+  assert stated.config.posemb == 'none' and stated.image_size == 28 and stated.assumed == ()
+
+
+def test_fine_tuning_a_described_file_with_another_posemb_warns(tmp_path, caplog):
+  """sincos2d and none have the same (no) parameters: only the description can tell."""
+  run, model, params = _exported_run(tmp_path, posemb='none')
+  config = _vit('n', patch=7, posemb='sincos2d')
+  init = models.get_model(config, num_classes=5).init(
+      jax.random.key(1), images(1, 28, 28), train=False)['params']
+  with caplog.at_level('WARNING'):
+    checkpoint.load_pretrained(pretrained_path=str(run), init_params=init, model_config=config)
+  warnings = [r.getMessage() for r in caplog.records if r.levelname == 'WARNING']
+  assert len(warnings) == 1 and "posemb 'none' in the file, 'sincos2d' in the config" in warnings[0]
+  caplog.clear()
+  with caplog.at_level('WARNING'):
+    checkpoint.load_pretrained(pretrained_path=str(run), init_params=init,
+                               model_config=_vit('n', patch=7, posemb='none'))
+  assert not [r for r in caplog.records if r.levelname == 'WARNING']

@@ -123,16 +123,18 @@ def free_port():
 
 
 def launch(config_path, workdir, *, process_id=None, num_processes=None, port=None,
-           devices=2, args=()):
+           devices=2, args=(), cwd=ROOT):
+  """`python -m vit_jax.main` in `cwd`; `workdir=None` leaves the run directory to the command."""
   env = dict(os.environ, XLA_FLAGS=f'--xla_force_host_platform_device_count={devices}',
              JAX_PLATFORMS='cpu')
   env.pop('JAX_NUM_CPU_DEVICES', None)
-  command = [sys.executable, '-m', 'vit_jax.main', f'--config={config_path}',
-             f'--workdir={workdir}', *args]
+  command = [sys.executable, '-m', 'vit_jax.main', f'--config={config_path}']
+  command += [f'--workdir={workdir}'] if workdir else []
+  command += list(args)
   if process_id is not None:
     command += [f'--coordinator_address=127.0.0.1:{port}', f'--num_processes={num_processes}',
                 f'--process_id={process_id}']
-  return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+  return subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
 
 
@@ -143,9 +145,10 @@ def finish(procs, timeout=300):
   return outputs
 
 
-def launch_pair(config_path, workdir, args=()):
+def launch_pair(config_path, workdir, args=(), cwd=ROOT):
   port = free_port()
-  return [launch(config_path, workdir, process_id=i, num_processes=2, port=port, args=args)
+  return [launch(config_path, workdir, process_id=i, num_processes=2, port=port, args=args,
+                 cwd=cwd)
           for i in range(2)]
 
 
@@ -154,6 +157,22 @@ def wait_for_checkpoint(procs, workdir, step=2):
   while not os.path.isdir(os.path.join(workdir, 'checkpoints', str(step))):
     assert time.time() < deadline and all(p.poll() is None for p in procs), 'no checkpoint'
     time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_two_processes_without_workdir_share_one_run_directory(tmp_path):
+  """Each process derives the run directory from the command alone: both pick the same one."""
+  dataset = write_image_dataset(str(tmp_path / 'data'), train_per_class=4, test_per_class=2)
+  (tmp_path / 'config.py').write_text(CONFIG_FILE.format(dataset=dataset, steps=2))
+  outputs = finish(launch_pair('config.py', None, cwd=tmp_path))
+  runs = os.listdir(tmp_path / 'runs')
+  assert len(runs) == 1 and runs[0].startswith('config-'), runs
+  run_dir = tmp_path / 'runs' / runs[0]
+  assert os.path.isfile(run_dir / 'params.npz')
+  # Both processes wrote their orbax shards into the one directory (a restore needs both).
+  assert os.path.isdir(run_dir / 'checkpoints' / '2')
+  assert f'Run directory: runs/{runs[0]}' in outputs[0], outputs[0][-2000:]
+  assert all(f'Workdir: runs/{runs[0]}' in out for out in outputs), outputs[1][-2000:]
 
 
 @pytest.mark.slow

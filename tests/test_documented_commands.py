@@ -1,4 +1,7 @@
-"""Every `python -m vit_jax...` command of the README and of the configs' docstrings runs.
+"""Every `python -m vit_jax...` command of the README and of the configs' docstrings runs;
+every command of docs/*.md and checkpoints/README.md runs too, or, where `NOT_RUN` says why,
+is checked for its flags (the module or script exists and defines each flag it names; each
+`--config.*` field exists in its config).
 
 Each command runs as printed, in a scratch directory that links `configs/`, with three changes:
 - the `runlocal` shrink switch is added to its `--config=FILE[:ARG]` (`config_lib.shrink`: a
@@ -30,6 +33,7 @@ from vit_jax import checkpoint
 from vit_jax import config_lib
 from vit_jax import input_pipeline
 from vit_jax import models
+from vit_jax import study
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMAND = re.compile(r'python -m vit_jax\.\w+')
@@ -58,6 +62,70 @@ def docstring_commands():
 
 
 DOCUMENTED = sorted(set(readme_commands() + docstring_commands()))
+
+DOC_PAGES = sorted(glob.glob(os.path.join(ROOT, 'docs', '*.md'))) + [
+    os.path.join(ROOT, 'checkpoints', 'README.md')]
+# A command in prose: optional VAR=value assignments, then a module of the package or a script.
+DOC_COMMAND = re.compile(r'(?:[A-Z_]+=\S+ )*python (?:-m vit_jax\.\w+|benchmarks/\w+\.py)')
+
+
+def page_commands(path):
+  """Commands of a doc page: its bash/sh blocks' lines and its inline `code` spans."""
+  with open(path) as f:
+    text = f.read()
+  blocks = re.findall(r'```(?:bash|sh)\n(.*?)```', text, re.S)
+  found = [c for block in blocks for c in commands_in(block)]
+  for span in re.findall(r'`([^`]+)`', re.sub(r'```.*?```', '', text, flags=re.S)):
+    match = DOC_COMMAND.search(' '.join(span.split()))
+    if match:
+      found.append(' '.join(span.split())[match.start():])
+  return found
+
+
+# Doc commands that are checked for their flags only, and why they do not run here.
+NOT_RUN = (
+    (r'^python benchmarks/(vs_timm|scaling|root_conv|param_sharding|resume_time|'
+     r'input_pipeline)\.py',
+     'a benchmark: minutes of timing on the machine it measures (test_benchmark.py runs '
+     'vs_timm small)'),
+    (r'=(FILE|DIR|W|M|B|S)\b', 'a syntax line: FILE, DIR, W, M, B, S are placeholders'),
+    (r'/tmp/(fmnist_|random_b16|photos)', 'a record of a past run: its files were on that machine'),
+    (r'runs/study/', 'a row of the study\'s generated run list (the study command above runs '
+     'its arms, shrunk)'),
+    (r'fmnist_bottleneck', 'a record: the config comes from git history (git show c9cf345)'),
+    (r'--report', 'rewrites the repo\'s docs/ from a finished runs/study'),
+    (r'^python -m vit_jax\.\w+$', 'a module named in prose'),
+)
+
+
+def not_run_reason(command):
+  return next((why for pattern, why in NOT_RUN if re.search(pattern, command)), None)
+
+
+def runs_what(command):
+  """What a command runs: its module or script with its --config=FILE[:ARG] (--grid: FILE)."""
+  config = re.search(r'--config=(\S+)', command)
+  grid = re.search(r'--grid=([^\s:]+)', command)
+  words = [w for w in shlex.split(command) if '=' not in w.split()[0] or w.startswith('-')]
+  return words[2] if words[1] == '-m' else words[1], (config or grid or [None, None])[1]
+
+
+def doc_runs(commands):
+  """The doc commands to run: not in `NOT_RUN`, and each (module, config[:arg]) or grid file
+  once, with the fewest words, counting the README's and the docstrings' (which run already).
+  The others get their flags and fields checked (`test_doc_command_flags_exist`).
+  """
+  covered = {runs_what(c) for c in DOCUMENTED}
+  chosen = []
+  for command in sorted(commands, key=lambda c: (len(c.split()), c)):
+    if not_run_reason(command) is None and runs_what(command) not in covered:
+      covered.add(runs_what(command))
+      chosen.append(command)
+  return sorted(chosen)
+
+
+DOC_DOCUMENTED = sorted({c for page in DOC_PAGES for c in page_commands(page)} - set(DOCUMENTED))
+DOC_RUN = doc_runs(DOC_DOCUMENTED)
 
 
 def with_runlocal(command):
@@ -145,13 +213,21 @@ def place_published(command, work):
 
 
 def run(command, work, timeout=600):
-  module, *args = shlex.split(command.replace('python -m ', '', 1))
+  """Runs `command` in `work` (TFDS mocked for modules; VAR=value prefixes set in its env)."""
   env = dict(os.environ, VIT_JAX_CHECKPOINTS=str(work / 'cache'), JAX_PLATFORMS='cpu',
              VIT_JAX_HUGEPAGES='0', TF_CPP_MIN_LOG_LEVEL='2')
   env.pop('XLA_FLAGS', None)
-  proc = subprocess.run([sys.executable, os.path.join(ROOT, 'tests', 'mocked_run.py'), module,
-                         *args], cwd=work, env=env, capture_output=True, text=True,
-                        timeout=timeout)
+  words = shlex.split(command)
+  while '=' in words[0]:
+    name, value = words.pop(0).split('=', 1)
+    env[name] = value
+  if words[1] == '-m':
+    argv = [os.path.join(ROOT, 'tests', 'mocked_run.py'), words[2], *words[3:]]
+  else:
+    argv = [os.path.join(ROOT, words[1]), *words[2:]]
+  env['PYTHONPATH'] = os.pathsep.join(filter(None, [ROOT, env.get('PYTHONPATH')]))
+  proc = subprocess.run([sys.executable, *argv], cwd=work, env=env, capture_output=True,
+                        text=True, timeout=timeout)
   assert proc.returncode == 0, f'{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}'
   return proc.stdout
 
@@ -168,6 +244,22 @@ def test_the_docs_have_commands():
   names = {c.split()[2] for c in DOCUMENTED}
   assert {'vit_jax.main', 'vit_jax.predict', 'vit_jax.analyze'} <= names, names
   assert any('/data/my_images' in c for c in DOCUMENTED)  # The folder fine-tuning command.
+
+
+def test_readme_uses_one_environment_after_its_set_up():
+  """Set-up makes .venv; the README activates it once, then every command is a bare python/pip.
+
+  A bare `python` before the activation (or a `.venv/bin/python` beside bare ones) is what
+  failed with "No module named vit_jax" for a user following the page.
+  """
+  with open(os.path.join(ROOT, 'README.md')) as f:
+    blocks = re.findall(r'```(?:bash|sh)\n(.*?)```', f.read(), re.S)
+  lines = [line.split('  #')[0].strip() for block in blocks for line in block.splitlines()]
+  activate = lines.index('source .venv/bin/activate')
+  assert any('scripts/' in line for line in lines[:activate]), lines[:activate]
+  uses = [i for i, line in enumerate(lines) if re.search(r'(^|&& )(python|pip) ', line)]
+  assert uses and min(uses) > activate, [lines[i] for i in uses]
+  assert not [line for line in lines if re.search(r'\.venv/bin/(python|pip)', line)]
 
 
 FOLDER_COMMAND = next(c for c in readme_commands() if '--config.dataset=/data/my_images' in c)
@@ -203,3 +295,71 @@ def test_documented_command_runs(command, scratch, quickstart_run):
     assert any(name in out for name in ('T-shirt/top', 'Trouser', 'Ankle boot')), out
   if 'vit_jax.analyze' in command:
     assert glob.glob(str(scratch / 'figures' / '*.png'))
+
+
+def test_the_doc_pages_have_commands():
+  """The page reader finds what the pages show (a reader that finds nothing checks nothing)."""
+  pages = {os.path.basename(p): page_commands(p) for p in DOC_PAGES}
+  assert any('benchmarks/vs_timm.py' in c for c in pages['performance.md'])
+  assert any('vit_jax.analyze' in c for c in pages['analysis.md'])
+  assert any('benchmarks/folder_startup.py' in c for c in pages['input_pipeline.md'])
+  # Each doc command runs, or the same module and config[:arg] runs in another documented
+  # command, or NOT_RUN says why; its flags are checked in every case.
+  ran = {runs_what(c) for c in DOCUMENTED + DOC_RUN}
+  assert all(not_run_reason(c) or runs_what(c) in ran for c in DOC_DOCUMENTED)
+  assert any('folder_startup' in c for c in DOC_RUN), DOC_RUN
+
+
+_HELP = {}
+
+
+def known_flags(target):
+  """Flag names `target` (a vit_jax module or a benchmarks/ script) prints for --helpfull."""
+  if target not in _HELP:
+    argv = [os.path.join(ROOT, target)] if target.endswith('.py') else ['-m', target]
+    env = dict(os.environ, JAX_PLATFORMS='cpu', VIT_JAX_HUGEPAGES='0',
+               PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get('PYTHONPATH')])))
+    proc = subprocess.run([sys.executable, *argv, '--helpfull'], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    _HELP[target] = set(re.findall(r'--(?:\[no\])?([\w-]+)', proc.stdout + proc.stderr))
+    assert _HELP[target], f'{target} does not exist or prints no flags:\n{proc.stderr[-1500:]}'
+  return _HELP[target]
+
+
+def check_config_fields(command):
+  """`--config=FILE[:ARG]` loads, and each `--config.a.b=...` names a field it has."""
+  args = [a.strip('[]') for a in shlex.split(command)]
+  spec = next((a.split('=', 1)[1] for a in args if a.startswith('--config=')), None)
+  if spec is None or not os.path.isfile(os.path.join(ROOT, spec.partition(':')[0])):
+    return
+  path, _, arg = spec.partition(':')
+  config = load_config(os.path.join(ROOT, path))[0].get_config(arg)
+  for a in args:
+    if a.startswith('--config.'):
+      node = config
+      for part in a[len('--config.'):].split('=')[0].split('.'):
+        assert part in node, f'{command}: {path} has no field {a.split("=")[0]}'
+        node = node[part]
+
+
+@pytest.mark.parametrize('command', DOC_DOCUMENTED)
+def test_doc_command_flags_exist(command):
+  words = [w for w in shlex.split(command) if '=' not in w or w.startswith('-')]
+  flags = known_flags(runs_what(command)[0])
+  for word in words:
+    name = word.strip('[]').lstrip('-').split('=')[0]
+    if word.strip('[').startswith('--') and not name.startswith('config.'):
+      assert name in flags or name.removeprefix('no') in flags, f'{command}: no --{name}'
+  check_config_fields(command)
+  grid = re.search(r'--grid=(\S+)', command)
+  if grid:  # The grid file and its arg (e.g. seeded=data+remedies) are valid.
+    assert study.load_grid(os.path.join(ROOT, grid[1])).runs
+
+
+@pytest.mark.parametrize('command', DOC_RUN)
+def test_doc_command_runs(command, scratch):
+  """The docs' commands that are not records or benchmarks run as printed, shrunk."""
+  local = substitute(with_runlocal(command), scratch).replace('/tmp/data_1m', 'data/my_images')
+  if '--config=' in local:
+    place_pretrained(local, scratch)
+  run(local, scratch)

@@ -1,12 +1,18 @@
 """`python -m vit_jax.main` as users run it: one-line errors, no traceback."""
 
+import glob
+import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
 
 import pytest
+
+from test_distributed import CONFIG_FILE, launch, write_image_dataset
+from vit_jax import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -105,3 +111,70 @@ def test_a_stop_with_work_left_is_found_in_either_stage():
   assert main.stopped_at({'pretrain': {'step': 9}, 'finetune': {'stopped_at': 2}}) == 2
   assert main.stopped_at({'pretrain': {'step': 9}, 'finetune': {'step': 4}}) is None
   assert main.EXIT_STOPPED == 143
+
+
+def test_default_workdir_is_named_by_the_command_alone():
+  name = main.default_workdir('configs/vit.py:b16,cifar10', {'batch': 64, 'pp.crop': 32})
+  assert name.startswith(os.path.join('runs', 'vit_b16_cifar10-')), name
+  # Order and spelling of the same command do not matter ...
+  assert main.default_workdir('./configs/vit.py:b16,cifar10', {'pp.crop': 32, 'batch': 64}) == name
+  # ... any other file, arg or override value does.
+  others = [main.default_workdir('configs/vit.py:b16,cifar10', {'batch': 32, 'pp.crop': 32}),
+            main.default_workdir('configs/vit.py:b16,cifar10', {'batch': 64}),
+            main.default_workdir('configs/vit.py:b16,cifar100', {'batch': 64, 'pp.crop': 32}),
+            main.default_workdir('other/vit.py:b16,cifar10', {'batch': 64, 'pp.crop': 32})]
+  assert len({name, *others}) == 5, others
+  assert main.default_workdir('configs/vit.py:b16,/data/my images', {}).startswith(
+      os.path.join('runs', 'vit_b16_data_my_images-'))
+
+
+@pytest.mark.slow
+def test_same_command_twice_without_workdir_continues_one_run(tmp_path):
+  """Stopped by SIGTERM after its first checkpoint, the same command resumes the same run."""
+  dataset = write_image_dataset(str(tmp_path / 'data'), train_per_class=4, test_per_class=2)
+  (tmp_path / 'config.py').write_text(CONFIG_FILE.format(dataset=dataset, steps=6))
+  first = launch('config.py', None, devices=1, cwd=tmp_path)
+  deadline = time.time() + 240
+  while not glob.glob(str(tmp_path / 'runs' / '*' / 'checkpoints' / '2')):
+    assert time.time() < deadline and first.poll() is None, first.communicate()[0][-3000:]
+    time.sleep(0.2)
+  first.send_signal(signal.SIGTERM)
+  out_first = first.communicate(timeout=120)[0]
+  runs = os.listdir(tmp_path / 'runs')
+  assert len(runs) == 1 and not os.path.exists(tmp_path / 'runs' / runs[0] / 'params.npz')
+
+  second = launch('config.py', None, devices=1, cwd=tmp_path)
+  out_second = second.communicate(timeout=300)[0]
+  assert second.returncode == 0, out_second[-3000:]
+  assert os.listdir(tmp_path / 'runs') == runs
+  assert 'Resuming from checkpoint at step' in out_second, out_second[-3000:]
+  # Printed at the start (so a user can find the run while it trains) and at the end.
+  assert f'Run directory: runs/{runs[0]}' in out_first, out_first[-3000:]
+  assert f'Workdir: runs/{runs[0]}' in out_second
+  assert os.path.isfile(tmp_path / 'runs' / runs[0] / 'params.npz')
+
+
+@pytest.mark.slow
+def test_a_renamed_copy_of_a_trained_posemb_none_model_predicts_the_same(tmp_path, capsys):
+  """The user's path of issue 28.5: train with posemb='none', copy params.npz under another
+  name elsewhere, predict with the copy: the same probabilities as with the run directory."""
+  from vit_jax import predict  # noqa: PLC0415  # TF-heavy; only this test needs it.
+  dataset = write_image_dataset(str(tmp_path / 'data'), train_per_class=4, test_per_class=2)
+  dropout = 'config.model.transformer.dropout_rate = 0.'
+  config = CONFIG_FILE.format(dataset=dataset, steps=2)  # 32px, the 'testing' ViT.
+  (tmp_path / 'config.py').write_text(config.replace(
+      dropout, f"{dropout}\n  config.model.posemb = 'none'"))
+  proc = launch('config.py', 'run', devices=1, cwd=tmp_path)
+  out = proc.communicate(timeout=300)[0]
+  assert proc.returncode == 0, out[-3000:]
+  images = sorted(glob.glob(os.path.join(dataset, 'test', '*', '*.png')))
+  copy = tmp_path / 'elsewhere' / 'fmnist_vit.npz'
+  copy.parent.mkdir()
+  copy.write_bytes((tmp_path / 'run' / 'params.npz').read_bytes())
+  results = []
+  for target in (tmp_path / 'run', copy):
+    assert predict.main(['predict', f'--checkpoint={target}', '--json', *images]) == 0
+    results.append(json.loads(capsys.readouterr().out))
+  assert results[1]['image_size'] == results[0]['image_size'] == 32
+  for a, b in zip(results[0]['results'], results[1]['results']):
+    assert a['predictions'] == b['predictions']

@@ -95,6 +95,22 @@ def test_vit_ti16(tmp_path):
   assert np.abs(theirs - ours).max() <= 1e-4
 
 
+def test_exported_file_with_embedded_description(tmp_path):
+  """An export carries its description in the zip comment; timm's loader reads it unchanged."""
+  size = 64
+  model = models.get_model('ViT-Ti_16', num_classes=NUM_CLASSES)
+  path, x, ours = _ours(model, size, tmp_path, seed=3)
+  params = checkpoint.load(path)
+  description = checkpoint.describe_run(
+      model_config=models.get_config('ViT-Ti_16'), image_size=size, class_names=None,
+      dataset='folder', num_classes=NUM_CLASSES)
+  described = checkpoint.save(params, str(tmp_path / 'described.npz'), metadata=description)
+  assert checkpoint.embedded_metadata(described)['image_size'] == size
+  theirs, facts = _timm(described, x, tmp_path)
+  assert facts['num_params'] == _num_params(described)
+  assert np.abs(theirs - ours).max() <= 1e-4
+
+
 def test_gap(tmp_path):
   size = 64
   model = models.get_model('ViT-S_16-gap-norep', num_classes=NUM_CLASSES)

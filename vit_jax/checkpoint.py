@@ -4,6 +4,11 @@ The published files are flat `np.savez` archives with '/'-joined names. Two lega
 handled here and nowhere else (see shared FORMATS notes): encoder blocks use the pre-Linen
 numbering (LayerNorm_0, MultiHeadDotProductAttention_1, LayerNorm_2, MlpBlock_3), and hybrid
 GroupNorm scale/bias are stored as (1, 1, 1, C).
+
+What shapes cannot tell (position-embedding kind, pooling, dropout, resolution, label names)
+travels with an exported file as JSON in the zip archive's comment (`embedded_metadata`):
+every copy and rename keeps it, and `np.load` (hence the official code and timm) never sees it,
+so the keys stay exactly the published ones.
 """
 
 import csv
@@ -44,6 +49,9 @@ DEFAULT_NAMED_COLLECTION = 'imagenet21k+imagenet2012'
 # What a run exports beside its metadata (train.py writes both into the run directory).
 PARAMS_FILE = 'params.npz'
 METADATA_FILE = 'metadata.json'
+# Marks a zip comment written by `save(..., metadata=...)`; a zip comment holds 65535 bytes.
+_COMMENT_TAG = b'vit_jax metadata v1\n'
+_MAX_COMMENT = 65535
 
 _LINEN_TO_PUBLISHED_BLOCK = {
     'LayerNorm_0': 'LayerNorm_0',
@@ -286,12 +294,22 @@ def load(path: str, cache_dir: Optional[str] = None) -> Params:
   return params_from_flat(read_npz(resolve(path, cache_dir)))
 
 
-def save(params: Mapping[str, Any], path: str) -> str:
-  """Writes `params` as a published-layout .npz (atomic: temp file, then rename)."""
+def save(params: Mapping[str, Any], path: str,
+         metadata: Optional[Mapping[str, Any]] = None) -> str:
+  """Writes `params` as a published-layout .npz (atomic: temp file, then rename).
+
+  Args:
+    params: the Linen param tree.
+    path: the .npz to write.
+    metadata: a description (`describe_run`) embedded in the archive's comment, so that the
+      file says what it is under any name; the arrays and their keys are unchanged.
+  """
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   tmp = f'{path}.tmp-{os.getpid()}.npz'
   try:
     np.savez(tmp, **params_to_flat(params))
+    if metadata is not None:
+      _embed_metadata(tmp, metadata)
     os.replace(tmp, path)
   finally:
     if os.path.exists(tmp):
@@ -447,7 +465,9 @@ def load_pretrained(*, pretrained_path: str, init_params: Mapping[str, Any], mod
   Returns:
     A param tree shaped like `init_params`.
   """
-  restored = load(resolve_name(pretrained_path), cache_dir)
+  path = resolve_name(pretrained_path)
+  restored = load(path, cache_dir)
+  _warn_if_described_otherwise(path, model_config)
   if model_config['representation_size'] is None and 'pre_logits' in restored:
     logging.info('load_pretrained: dropping pre_logits (representation_size=None).')
     del restored['pre_logits']
@@ -467,6 +487,25 @@ def load_pretrained(*, pretrained_path: str, init_params: Mapping[str, Any], mod
     restored = fit_posemb(restored, model_config, grid)
   check_tree(restored, init_params, pretrained_path)
   return _cast_like(restored, init_params)
+
+
+def _warn_if_described_otherwise(path: str, model_config: Any) -> None:
+  """One warning when a file's description gives another posemb/classifier than the config.
+
+  Neither has parameters of its own in every case (sincos2d vs none; token vs token_unpooled),
+  so the shapes fit and fine-tuning would silently start from another model than was trained.
+  """
+  described = (read_metadata(path) or {}).get('model') or {}
+  if not described or presets.is_mixer(model_config) or presets.is_resnet(model_config):
+    return
+  config = _full_vit(model_config)  # Fields a preset leaves out take the official defaults.
+  changed = [f'{key} {described[key]!r} in the file, {config[key]!r} in the config'
+             for key in ('posemb', 'classifier')
+             if key in described and described[key] != config[key]]
+  if changed:
+    logging.warning('load_pretrained: %s was trained with another model: %s; set '
+                    '--config.model.<field> to the file\'s value to fine-tune the model it holds.',
+                    path, '; '.join(changed))
 
 
 def _cast_like(params: Mapping[str, Any], like: Mapping[str, Any]) -> Params:
@@ -757,12 +796,45 @@ def conform(arch: Architecture, declared: Any, declared_name: str) -> Architectu
   return dataclasses.replace(arch, config=ml_collections.ConfigDict(config), assumed=())
 
 
-def write_metadata(directory: str, *, model_config: Any, image_size: int,
-                   class_names: Optional[Sequence[str]], dataset: str, **extra: Any) -> str:
-  """Writes `metadata.json` beside a run's params.npz: what a user needs without the config.
+def _embed_metadata(path: str, metadata: Mapping[str, Any]) -> None:
+  """Puts `metadata` as JSON into the zip comment of the .npz at `path`.
+
+  Label names that do not fit the comment's 65535 bytes (ImageNet-21k's) are left out; the
+  model description always fits and the run's metadata.json keeps the names.
+  """
+  data = dict(metadata)
+  text = _COMMENT_TAG + json.dumps(data, default=str).encode()
+  if len(text) > _MAX_COMMENT:
+    data['class_names'] = None
+    text = _COMMENT_TAG + json.dumps(data, default=str).encode()
+  if len(text) > _MAX_COMMENT:
+    raise ValueError(f'the description of {path} is {len(text)} bytes; a zip comment holds '
+                     f'{_MAX_COMMENT}.')
+  with zipfile.ZipFile(path, 'a') as archive:
+    archive.comment = text
+
+
+def embedded_metadata(path: str) -> Optional[Dict[str, Any]]:
+  """The description `save(..., metadata=...)` embedded in an .npz, or None (bare files)."""
+  try:
+    with zipfile.ZipFile(path) as archive:
+      comment = archive.comment
+  except (OSError, zipfile.BadZipFile):
+    return None  # Not a zip: `read_npz` says what is wrong with it.
+  if not comment.startswith(_COMMENT_TAG):
+    return None
+  try:
+    return json.loads(comment[len(_COMMENT_TAG):])
+  except ValueError:
+    logging.warning('%s: its embedded description is not readable JSON; ignored.', path)
+    return None
+
+
+def describe_run(*, model_config: Any, image_size: int, class_names: Optional[Sequence[str]],
+                 dataset: str, **extra: Any) -> Dict[str, Any]:
+  """What a user needs of a run without its config: the content of `metadata.json`.
 
   Args:
-    directory: the run directory (holding `params.npz`).
     model_config: the model ConfigDict the run trained.
     image_size: the square input side it evaluates at.
     class_names: label names of the head's outputs (None if the dataset has none).
@@ -770,7 +842,7 @@ def write_metadata(directory: str, *, model_config: Any, image_size: int,
     **extra: more facts (step, accuracy, num_classes when there are no class names, ...).
 
   Returns:
-    The path written (atomically).
+    A JSON-ready dict (`params_file` names the npz it describes).
   """
   data = dict(
       params_file=PARAMS_FILE, model=_plain(model_config),
@@ -781,6 +853,16 @@ def write_metadata(directory: str, *, model_config: Any, image_size: int,
                          'antialias)', size=[int(image_size)] * 2, scale='x / 127.5 - 1',
                          value_range=[-1., 1.]))
   data.update(extra)
+  return data
+
+
+def write_metadata(directory: str, **description: Any) -> str:
+  """Writes `metadata.json` (`describe_run(**description)`) beside a run's params.npz.
+
+  Returns:
+    The path written (atomically).
+  """
+  data = describe_run(**description)
   path = os.path.join(directory, METADATA_FILE)
   os.makedirs(directory, exist_ok=True)
   tmp = f'{path}.tmp-{os.getpid()}'
@@ -790,23 +872,43 @@ def write_metadata(directory: str, *, model_config: Any, image_size: int,
   return path
 
 
+def sidecar_path(npz_path: str) -> str:
+  """`<name>.json` beside `<name>.npz`: where a user states what a bare file's shapes cannot."""
+  return os.path.splitext(npz_path)[0] + '.json'
+
+
+def _read_json(path: str) -> Dict[str, Any]:
+  try:
+    with open(path, encoding='utf-8') as f:
+      return json.load(f)
+  except (OSError, ValueError) as e:
+    raise CheckpointError(f'{path} is not readable JSON ({e}); delete or fix it.') from None
+
+
 def read_metadata(npz_path_or_dir: str) -> Optional[Dict[str, Any]]:
-  """The run metadata describing a local params.npz (or run directory), or None if none."""
+  """The description of a local .npz (or run directory), or None if it has none.
+
+  In order: the run's `metadata.json` when it names this file (`params_file`), a
+  `<name>.json` beside it, the description embedded in the file (any copy of an export).
+  """
   if is_remote(npz_path_or_dir):
     return None
   if os.path.isdir(npz_path_or_dir):
-    directory, name = npz_path_or_dir, PARAMS_FILE
-  else:
-    directory, name = os.path.split(npz_path_or_dir)
-  path = os.path.join(directory, METADATA_FILE)
-  if not os.path.isfile(path):
-    return None
-  try:
-    with open(path, encoding='utf-8') as f:
-      data = json.load(f)
-  except (OSError, ValueError) as e:
-    raise CheckpointError(f'{path} is not readable JSON ({e}); delete or fix it.') from None
-  return data if data.get('params_file', PARAMS_FILE) == name else None
+    npz_path_or_dir = os.path.join(npz_path_or_dir, PARAMS_FILE)
+  directory, name = os.path.split(npz_path_or_dir)
+  run_file = os.path.join(directory, METADATA_FILE)
+  if os.path.isfile(run_file):
+    data = _read_json(run_file)
+    if data.get('params_file', PARAMS_FILE) == name:
+      return data
+  if os.path.isfile(sidecar_path(npz_path_or_dir)):
+    data = _read_json(sidecar_path(npz_path_or_dir))
+    if not isinstance(data, dict):
+      raise CheckpointError(f'{sidecar_path(npz_path_or_dir)} is not a description of '
+                            f'{name} (a JSON object like a run\'s {METADATA_FILE}); fix or '
+                            'rename it.')
+    return data
+  return embedded_metadata(npz_path_or_dir) if os.path.isfile(npz_path_or_dir) else None
 
 
 # timm models of the official hybrids (their ResNet stems are not built from keyword arguments).

@@ -242,9 +242,21 @@ def _architecture(params: Params, path: str, model: Optional[str],
       raise checkpoint.CheckpointError(
           f'--model does not fit {os.path.basename(path)}: {e}; drop --model (the file says '
           f'what it is){fix}.') from None
-  for note in arch.assumed:
-    logging.info('%s: assumed %s.', path, note)
   return arch
+
+
+def warn_assumed(path: str, assumed: Sequence[str]) -> None:
+  """One warning line naming each value the file could not tell and how to state it.
+
+  E.g. a bare npz of a `posemb='none'` model is read as sincos2d (the same shapes): the line
+  says so, and a `<name>.json` beside the file or `--model` settles it.
+  """
+  if assumed:
+    logging.warning(
+        '%s does not say %s: assumed. To state them, put a %s beside it (the format of a run\'s '
+        '%s: {"model": {...}, "image_size": N}) or pass --model=PRESET|FILE.py (and '
+        '--image_size=N).', path, '; '.join(assumed), os.path.basename(
+            checkpoint.sidecar_path(path)), checkpoint.METADATA_FILE)
 
 
 def load_model(checkpoint_path: str, model: Optional[str] = None,
@@ -278,7 +290,11 @@ def load_model(checkpoint_path: str, model: Optional[str] = None,
   metadata = checkpoint.read_metadata(path)
   arch = _architecture(params, path, model, metadata)
   config = arch.config
+  assumed = list(arch.assumed)
+  if not (image_size or (metadata or {}).get('image_size') or arch.image_size):
+    assumed.append('image_size 224 (no position-embedding grid to read it from)')
   image_size = image_size or (metadata or {}).get('image_size') or arch.image_size or 224
+  warn_assumed(path, assumed)
   if not models.is_mixer(config):
     params = checkpoint.fit_posemb(params, config, models.token_grid(config, (image_size,) * 2))
   net = models.get_model(config, num_classes=arch.num_classes)
@@ -291,4 +307,4 @@ def load_model(checkpoint_path: str, model: Optional[str] = None,
   return LoadedModel(model=net, params=params, config=config, image_size=image_size,
                      num_classes=arch.num_classes, head_is_zero=head_is_zero,
                      source=checkpoint_path, class_names=tuple(names) if names else None,
-                     assumed=arch.assumed)
+                     assumed=tuple(assumed))

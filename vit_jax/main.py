@@ -12,14 +12,16 @@ steps left (rerun the printed command to continue; 143 = 128 + SIGTERM, as a kil
 """
 
 import functools
+import hashlib
 import importlib
+import json
 import logging as python_logging
 import os
+import re
 import shlex
 import sys
-import time
 import traceback
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Mapping
 
 from absl import app
 from absl import flags
@@ -39,7 +41,9 @@ TRAINERS = {
 # so schedulers that restart only failed jobs restart it; 0 means params.npz exists.
 EXIT_STOPPED = 128 + 15
 
-_WORKDIR = flags.DEFINE_string('workdir', None, 'Run directory (default: a new runs/<time>).')
+_WORKDIR = flags.DEFINE_string(
+    'workdir', None, 'Run directory (default: runs/<config stem>[_<arg>]-<hash of the config '
+    'file, its arg and the --config.* overrides>, so the same command resumes the same run).')
 _COORDINATOR = flags.DEFINE_string(
     'coordinator_address', None, 'host:port of process 0 for multi-process runs '
     '(or $JAX_COORDINATOR_ADDRESS); TPU pods and SLURM are detected automatically.')
@@ -54,8 +58,38 @@ config_flags.DEFINE_config_file('config', None, 'Experiment config file (file.py
 flags.mark_flags_as_required(['config'])
 
 
-def default_workdir() -> str:
-  return os.path.join('runs', time.strftime('%Y%m%d-%H%M%S'))
+def default_workdir(config_spec: str, overrides: Mapping[str, Any]) -> str:
+  """The run directory a command names without `--workdir`: the same command, the same run.
+
+  Derived from the command alone (no time, no host), so a rerun resumes where the last run
+  stopped and every process of a multi-host run agrees without talking to the others. The
+  overrides are normalised: their order and spelling (`--config.batch=064` = `=64`) do not
+  matter, their parsed values do.
+
+  Args:
+    config_spec: the `--config` value, `path/file.py` or `path/file.py:arg`.
+    overrides: the parsed `--config.*` overrides, {dotted field: value}.
+
+  Returns:
+    `runs/<file stem>[_<arg>]-<8 hex digits>`, e.g. `runs/vit_b16_cifar10-1f0c3a9e`; the hash
+    covers the normalised file path, the arg and the overrides, so other files or overrides
+    never share a directory.
+  """
+  path, _, arg = config_spec.partition(':')
+  stem = os.path.splitext(os.path.basename(path))[0]
+  name = re.sub(r'[^A-Za-z0-9.=-]+', '_', f'{stem}_{arg}' if arg else stem).strip('_')
+  key = json.dumps([os.path.normpath(path), arg,
+                    sorted((field, repr(value)) for field, value in overrides.items())])
+  return os.path.join('runs', f'{name[:80]}-{hashlib.sha256(key.encode()).hexdigest()[:8]}')
+
+
+def command_workdir() -> str:
+  """`--workdir`, else the directory this command's config and overrides name."""
+  if _WORKDIR.value:
+    return _WORKDIR.value
+  flag = flags.FLAGS['config']
+  return default_workdir(config_flags.get_config_filename(flag),
+                         config_flags.get_override_values(flag))
 
 
 def add_file_logger(workdir: str) -> str:
@@ -122,11 +156,13 @@ def main(argv):
   import jax
   for handler in python_logging.getLogger().handlers:
     handler.addFilter(QuietLibraries())
-  workdir = _WORKDIR.value or default_workdir()
+  workdir = command_workdir()
   watchdog = parallel.PeerWatchdog(_PEER_TIMEOUT.value, functools.partial(
       peer_lost_message, workdir=workdir, count=jax.process_count())).start()
   log_path = add_file_logger(workdir) if jax.process_index() == 0 else None
   config = flags.FLAGS.config
+  if jax.process_index() == 0:
+    print(f'Run directory: {workdir} (rerunning the same command resumes it)', flush=True)
   logging.info('Workdir: %s\nConfig:\n%s', workdir, config)
   if hugepages.active():
     logging.info('glibc.malloc.hugetlb=1: XLA:CPU buffers use transparent huge pages '
@@ -140,7 +176,7 @@ def main(argv):
     message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     print(f'error: {message}', file=sys.stderr)
     if log_path:
-      print(f'(details in {log_path})', file=sys.stderr)
+      print(f'(details in {log_path}; run directory {workdir})', file=sys.stderr)
     sys.exit(1)
   except Exception:
     logging.debug('%s', traceback.format_exc())

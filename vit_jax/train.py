@@ -620,23 +620,27 @@ def run_eval(trainer: Trainer, eval_step: Callable, state: State, eval_data: Any
 
 def export_params(trainer: Trainer, params: Any, workdir: str, result: Dict[str, Any]) -> None:
   """Process 0 writes the final params as a published-format `workdir/params.npz`, and beside it
-  `metadata.json`: the model, input size and label names a user needs without this config.
+  `metadata.json`: the model, input size and label names a user needs without this config
+  (embedded in the npz as well, so a copy under another name keeps it).
 
   Every process calls this: sharded params are gathered collectively first.
   """
   host = parallel.to_host(params)
   if jax.process_index() != 0:
     return
-  path = checkpoint.save(host, os.path.join(workdir, 'params.npz'))
   config = trainer.config
   weights = exported_weights(config)
   extra = dict(ema_decay=config.ema_decay, accuracy_raw=result.get('accuracy_raw')
                ) if weights == 'ema' else {}
-  checkpoint.write_metadata(
-      workdir, model_config=config.model, image_size=config.pp.crop,
+  description = dict(
+      model_config=config.model, image_size=config.pp.crop,
       class_names=trainer.info.class_names, dataset=config.dataset, step=trainer.total_steps,
       accuracy=result.get('accuracy'), num_examples=result.get('num_examples'),
       weights=weights, **extra)
+  # The description goes inside the npz too: a renamed copy still says what model it is.
+  path = checkpoint.save(host, os.path.join(workdir, checkpoint.PARAMS_FILE),
+                         metadata=checkpoint.describe_run(**description))
+  checkpoint.write_metadata(workdir, **description)
   logging.info('Exported the %s weights (%s) to %s (with %s)', weights,
                'weight average' if weights == 'ema' else 'not averaged', path,
                checkpoint.METADATA_FILE)
