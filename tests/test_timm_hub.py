@@ -182,3 +182,54 @@ def test_official_npz_exports_to_timm(tmp_path):
                            image_size=32)
   back = timm.create_model('local-dir:' + out, pretrained=True).eval()  # Reads config.json.
   np.testing.assert_allclose(timm_logits(back, x), want, atol=1e-5)
+
+
+@pytest.mark.parametrize('family', sorted(FAMILIES))
+def test_predict_cli_on_a_hub_folder(family, tmp_path, capsys):
+  """`python -m vit_jax.predict --checkpoint=<hub folder> IMG`, no --model: the probabilities
+  are timm's on the image preprocessed with config.json's size, mean and std."""
+  from PIL import Image
+  from vit_jax import predict
+  net = timm_model(family)
+  folder = save_hub_folder(net, tmp_path / 'hub')
+  image = tmp_path / 'img.png'
+  Image.fromarray(np.random.default_rng(3).integers(0, 256, (40, 48, 3), np.uint8)).save(image)
+  rc = predict.main(['predict', f'--checkpoint={folder}', '--json', '--top_k=5', str(image)])
+  out, err = capsys.readouterr()
+  assert rc == 0, err
+  got = {p['index']: p['probability'] for p in json.loads(out)['results'][0]['predictions']}
+  cfg = net.pretrained_cfg
+  x = features.preprocess(features.read_image(str(image)), 2 * FAMILIES[family][2],
+                          cfg['mean'], cfg['std'])
+  want = torch.softmax(torch.from_numpy(timm_logits(net, x[None])), -1).numpy()[0]
+  np.testing.assert_allclose([got[i] for i in range(5)], want, atol=1e-5)
+
+
+def test_finetune_from_a_hub_folder(tmp_path):
+  """--config.pretrained_path=<hub folder>, no model: a new zero head, position embeddings
+  fitted to the run's resolution, params.npz + metadata.json that predict reads."""
+  from test_distributed import write_image_dataset
+  from vit_jax import config_lib
+  from vit_jax import train
+  folder = save_hub_folder(timm_model('dinov2_reg4'), tmp_path / 'hub')
+  config = config_lib.with_dataset(config_lib.get_config(), write_image_dataset(
+      str(tmp_path / 'data')))
+  config.pp.update(dict(crop=56, train_aug='flip'))
+  config.update(dict(pretrained_dir='', pretrained_path=folder, total_steps=2, batch=4,
+                     batch_eval=4, accum_steps=1, warmup_steps=1, optim_dtype='float32',
+                     eval_every=2, checkpoint_every=2, prefetch=1))
+  with_model = train.with_checkpoint_model(config)
+  assert with_model.model.num_registers == 4 and with_model.model.no_embed_class
+  model = models.get_model(with_model.model, num_classes=3)
+  init = model.init(jax.random.key(0), jnp.zeros((1, 56, 56, 3)), train=False)['params']
+  loaded = checkpoint.load_pretrained(pretrained_path=folder, init_params=init,
+                                      model_config=with_model.model, grid_shape=(4, 4))
+  assert not np.any(loaded['head']['kernel']) and loaded['head']['kernel'].shape == (32, 3)
+  assert loaded['Transformer']['posembed_input']['pos_embedding'].shape == (1, 16, 32)
+  workdir = str(tmp_path / 'run')
+  result = train.train_and_evaluate(config, workdir)
+  assert result['step'] == 2 and result['num_examples'] == 9
+  with open(os.path.join(workdir, 'metadata.json')) as f:
+    assert json.load(f)['model']['num_registers'] == 4
+  run = features.load_model(workdir)
+  assert run.image_size == 56 and run.num_classes == 3 and run.config.no_embed_class
