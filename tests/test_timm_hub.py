@@ -168,8 +168,10 @@ def test_unsupported_models_one_line(name, kwargs, what, tmp_path):
   assert what in str(e.value) and '\n' not in str(e.value), str(e.value)
 
 
-def test_official_npz_exports_to_timm(tmp_path):
-  """An official-format ViT (tanh GELU, no timm config) written as a timm folder."""
+def test_official_npz_exports_to_timm(tmp_path, capsys):
+  """`python -m vit_jax.export_timm` on an official-format npz (tanh GELU, no timm config):
+  timm's `local-dir:` loader reads the folder and gives the same logits."""
+  from vit_jax import export_timm
   model = models.get_model('testing', num_classes=3)
   x = _images(32)
   params = model.init(jax.random.key(0), jnp.asarray(x), train=False)['params']
@@ -177,11 +179,23 @@ def test_official_npz_exports_to_timm(tmp_path):
       lambda p: p + 0.2 * np.random.default_rng(p.size).normal(size=p.shape).astype(np.float32),
       params)
   want = np.asarray(model.apply({'params': params}, jnp.asarray(x), train=False))
-  config = checkpoint._full_vit(models.get_config('testing'))
-  out = timm_format.export(params, config, str(tmp_path / 'export'), num_classes=3,
-                           image_size=32)
+  npz = checkpoint.save(params, str(tmp_path / 'testing.npz'))
+  out = str(tmp_path / 'export')
+  assert export_timm.main(['export_timm', f'--checkpoint={npz}', f'--out={out}',
+                           '--model=testing', '--image_size=32']) == 0, capsys.readouterr().err
   back = timm.create_model('local-dir:' + out, pretrained=True).eval()  # Reads config.json.
   np.testing.assert_allclose(timm_logits(back, x), want, atol=1e-5)
+
+
+def test_export_of_what_timm_cannot_hold_is_one_line(tmp_path, capsys):
+  from vit_jax import export_timm
+  model = models.get_model('testing', num_classes=3, representation_size=10)
+  params = model.init(jax.random.key(0), jnp.zeros((1, 32, 32, 3)), train=False)['params']
+  npz = checkpoint.save(params, str(tmp_path / 'pre_logits.npz'))
+  assert export_timm.main(['export_timm', f'--checkpoint={npz}',
+                           f'--out={tmp_path / "x"}']) == 1
+  err = capsys.readouterr().err
+  assert 'pre_logits' in err and err.count('\n') == 1, err
 
 
 @pytest.mark.parametrize('family', sorted(FAMILIES))
