@@ -96,8 +96,8 @@ def main(argv=None) -> int:
   command = 'python benchmarks/hub_weights.py' + (' --size=real' if args.size == 'real' else '')
   print(f'{datetime.date.today()} · {platform.node() or "?"} · {platform.processor() or "CPU"}, '
         f'{os.cpu_count()} cores · `{command}` · {args.size} models\n')
-  print('| family | timm model | input | max abs logit diff | activation-swap gap | max abs logit | '
-        'load s | file MB |')
+  print('| family | timm model | input | max abs logit diff | activation-swap gap | '
+        'max abs logit | load s | file MB |')
   print('| --- | --- | --- | --- | --- | --- | --- | --- |')
   for r in rows:
     print(f'| {r["family"]} | `{r["name"]}` | {r["image"]} | {r["diff"]:.1e} | {r["gap"]:.1e} | '
