@@ -47,9 +47,15 @@ def commands_in(text):
   return found
 
 
+# Pages whose ```bash blocks are commands a user copies (docs/hub_weights.md: timm weights).
+COMMAND_PAGES = ('README.md', os.path.join('docs', 'hub_weights.md'))
+
+
 def readme_commands():
-  with open(os.path.join(ROOT, 'README.md')) as f:
-    blocks = re.findall(r'```(?:bash|sh)\n(.*?)```', f.read(), re.S)
+  blocks = []
+  for page in COMMAND_PAGES:
+    with open(os.path.join(ROOT, page)) as f:
+      blocks += re.findall(r'```(?:bash|sh)\n(.*?)```', f.read(), re.S)
   return [c for block in blocks for c in commands_in(block)]
 
 
