@@ -247,3 +247,17 @@ def test_finetune_from_a_hub_folder(tmp_path):
     assert json.load(f)['model']['num_registers'] == 4
   run = features.load_model(workdir)
   assert run.image_size == 56 and run.num_classes == 3 and run.config.no_embed_class
+
+
+@pytest.mark.parametrize('family', ['dinov2_reg4', 'siglip'])
+def test_analyze_cli_on_a_hub_folder(family, tmp_path, capsys):
+  """analyze on a hub folder: registers (prefix tokens outside the position table) and a
+  model without class token both give a full grid of position-embedding similarities."""
+  from vit_jax import analyze
+  folder = save_hub_folder(timm_model(family), tmp_path / 'hub')
+  out = tmp_path / 'out'
+  rc = analyze.main(['analyze', f'--checkpoint={folder}', f'--out={out}', '--image_size=56'
+                     if FAMILIES[family][2] == 14 else '--image_size=64'])
+  assert rc == 0, capsys.readouterr().err
+  result = json.loads((out / 'analysis.json').read_text())
+  assert np.array(result['posemb_similarity']).shape == (4, 4, 4, 4)

@@ -287,7 +287,8 @@ def analyze(loaded: features.LoadedModel, out_dir: str, image_paths: Sequence[st
 
   posemb = loaded.params.get('Transformer', {}).get('posembed_input', {}).get('pos_embedding')
   if posemb is not None:
-    similarity = posemb_similarity(posemb, grid, prefix)
+    # The table's rows: no rows for prefix tokens with no_embed_class (DeiT-III, DINOv2 reg).
+    similarity = posemb_similarity(posemb, grid, checkpoint.posemb_prefix_tokens(config))
     plot_posemb_similarity(similarity, record('posemb_similarity.png'))
     result['posemb_similarity'] = np.round(similarity, 4).tolist()
 
