@@ -98,7 +98,7 @@ def scratch(tmp_path_factory):
 
 def substitute(command, work):
   """The user's paths in `command` → the scratch directory's files."""
-  return re.sub(r'(?<=[ =,])/data/', f'{work}/data/', command)
+  return re.sub(r'(?<=[ =,:])/data/', f'{work}/data/', command)
 
 
 def write_npz(model_config, path, num_classes, image_size):
