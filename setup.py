@@ -14,6 +14,8 @@ INSTALL_REQUIRES = [
     'array-record>=0.8.6; sys_platform == "linux"',
     'clu>=0.0.12',
     'flax>=0.12.8',
+    # timm-format weights from the Hugging Face hub (vit_jax/timm_format.py): cache, token, offline.
+    'huggingface_hub>=0.30',
     'importlib_resources>=6.0',  # tensorflow-datasets needs it to prepare data; undeclared.
     'jax>=0.10.2',
     'matplotlib>=3.8',
@@ -22,6 +24,7 @@ INSTALL_REQUIRES = [
     'optax>=0.2.8',
     'orbax-checkpoint>=0.12.8',
     'pillow>=10.0',
+    'safetensors>=0.4',  # Read/write timm's model.safetensors with numpy (no torch at run time).
     'scipy>=1.13',
     'tensorboard>=2.21.0',  # clu's metric writers need it but do not declare it.
     'tensorflow-cpu>=2.21.0; platform_machine == "x86_64"',

@@ -51,9 +51,15 @@ def commands_in(text):
   return found
 
 
+# Pages whose ```bash blocks are commands a user copies (docs/hub_weights.md: timm weights).
+COMMAND_PAGES = ('README.md', os.path.join('docs', 'hub_weights.md'))
+
+
 def readme_commands():
-  with open(os.path.join(ROOT, 'README.md')) as f:
-    blocks = re.findall(r'```(?:bash|sh)\n(.*?)```', f.read(), re.S)
+  blocks = []
+  for page in COMMAND_PAGES:
+    with open(os.path.join(ROOT, page)) as f:
+      blocks += re.findall(r'```(?:bash|sh)\n(.*?)```', f.read(), re.S)
   return [c for block in blocks for c in commands_in(block)]
 
 
@@ -160,7 +166,7 @@ def scratch(tmp_path_factory):
 
 def substitute(command, work):
   """The user's paths in `command` → the scratch directory's files."""
-  return re.sub(r'(?<=[ =,])/data/', f'{work}/data/', command)
+  return re.sub(r'(?<=[ =,:])/data/', f'{work}/data/', command)
 
 
 def write_npz(model_config, path, num_classes, image_size):
@@ -190,6 +196,9 @@ def place_pretrained(command, work):
   config = config_of(command, work)
   stages = [config[s] for s in ('pretrain', 'finetune') if s in config] or [config]
   for stage in stages:
+    if stage.get('model', 1) is None and stage.get('pretrained_path'):
+      write_timm_folder(os.path.join(work, stage.pretrained_path))
+      continue
     if 'model' not in stage or not stage.get('pretrained_path') and not stage.get(
         'pretrained_dir'):
       continue
@@ -199,6 +208,25 @@ def place_pretrained(command, work):
     local = checkpoint.cache_path(path, str(work / 'cache')) if checkpoint.is_remote(path) else path
     os.makedirs(os.path.dirname(local), exist_ok=True)
     write_npz(stage.model, local, 10, stage.pp.crop)
+
+
+def write_timm_folder(folder):
+  """A tiny timm hub folder in the style its name says (CLIP: norm_pre, no patch bias, eps
+  1e-5; else DINOv2: LayerScale, exact GELU), written by vit_jax's own timm export."""
+  from vit_jax import presets
+  from vit_jax import timm_format
+  clip = 'clip' in os.path.basename(folder)
+  config = dict(presets.VIT_EXTRAS, model_name=os.path.basename(folder).split('.')[0],
+                patches={'size': (16, 16) if clip else (14, 14)}, hidden_size=32,
+                classifier='token', representation_size=None, activation='gelu',
+                transformer=dict(num_layers=1, num_heads=2, mlp_dim=64, dropout_rate=0.,
+                                 attention_dropout_rate=0.))
+  config.update(dict(norm_pre=True, patch_bias=False, layer_norm_eps=1e-5) if clip else
+                dict(layer_scale=1e-5))
+  size = 2 * config['patches']['size'][0]
+  model = models.get_model(config, num_classes=0)
+  params = model.init(jax.random.key(0), jnp.zeros((1, size, size, 3)), train=False)['params']
+  timm_format.export(jax.device_get(params), config, folder, num_classes=0, image_size=size)
 
 
 def place_published(command, work):

@@ -229,13 +229,16 @@ def plot_attention_distance(distance: np.ndarray, image_size: int, path: str) ->
   fig.savefig(path, dpi=120, bbox_inches='tight')
 
 
-def _load_inputs(paths: Sequence[str], size: int) -> Tuple[List[str], np.ndarray, str]:
+def _load_inputs(paths: Sequence[str], loaded: features.LoadedModel
+                 ) -> Tuple[List[str], np.ndarray, str]:
+  size = loaded.image_size
   if paths:
     files = predict.list_images(paths)
-    return files, features.load_images(files, size), 'images given on the command line'
+    return files, loaded.load_images(files), 'images given on the command line'
   samples, note = sample_images(size)
   return ([name for name, _ in samples],
-          np.stack([features.preprocess(image, size) for _, image in samples]), note)
+          np.stack([features.preprocess(image, size, loaded.mean, loaded.std)
+                    for _, image in samples]), note)
 
 
 def _attention(loaded: features.LoadedModel, images: np.ndarray,
@@ -255,7 +258,7 @@ def analyze(loaded: features.LoadedModel, out_dir: str, image_paths: Sequence[st
   config, size = loaded.config, loaded.image_size
   grid = tuple(models.token_grid(config, (size, size)))
   stride, prefix = size // grid[0], checkpoint.num_prefix_tokens(config)
-  names, images, note = _load_inputs(image_paths, size)
+  names, images, note = _load_inputs(image_paths, loaded)
   attention = _attention(loaded, images, batch_size)
   result: Dict[str, Any] = {
       'checkpoint': loaded.source, 'model': config.model_name, 'image_size': size,
@@ -284,7 +287,8 @@ def analyze(loaded: features.LoadedModel, out_dir: str, image_paths: Sequence[st
 
   posemb = loaded.params.get('Transformer', {}).get('posembed_input', {}).get('pos_embedding')
   if posemb is not None:
-    similarity = posemb_similarity(posemb, grid, prefix)
+    # The table's rows: no rows for prefix tokens with no_embed_class (DeiT-III, DINOv2 reg).
+    similarity = posemb_similarity(posemb, grid, checkpoint.posemb_prefix_tokens(config))
     plot_posemb_similarity(similarity, record('posemb_similarity.png'))
     result['posemb_similarity'] = np.round(similarity, 4).tolist()
 

@@ -1,5 +1,9 @@
 """Published `.npz` checkpoints: download + cache, load into the Linen tree, save, surgery.
 
+timm-format checkpoints (a hub folder, a `.safetensors` file, `hf-hub:timm/<name>`) are read
+through `vit_jax.timm_format` behind the same API (`resolve_name`, `load`, `load_architecture`,
+`load_pretrained`).
+
 The published files are flat `np.savez` archives with '/'-joined names. Two legacy details are
 handled here and nowhere else (see shared FORMATS notes): encoder blocks use the pre-Linen
 numbering (LayerNorm_0, MultiHeadDotProductAttention_1, LayerNorm_2, MlpBlock_3), and hybrid
@@ -30,6 +34,7 @@ import numpy as np
 from absl import logging
 
 from vit_jax import presets
+from vit_jax import timm_format
 
 Params = Dict[str, Any]
 
@@ -66,6 +71,13 @@ _ENCODER_BLOCK = re.compile(r'^encoderblock_\d+$')
 
 class CheckpointError(ValueError):
   """A checkpoint that is missing, unreadable or does not fit the model."""
+
+
+def _timm_load(path: str) -> 'timm_format.Converted':
+  try:
+    return timm_format.load(path)
+  except timm_format.TimmFormatError as e:
+    raise CheckpointError(str(e)) from None
 
 
 def default_cache_dir() -> str:
@@ -143,8 +155,9 @@ def resolve_name(path_or_name: str) -> str:
   Accepts a local .npz, a run directory (its `params.npz`), a gs:// or https:// URL, or a
   published name: 'ViT-B_16' (from `DEFAULT_NAMED_COLLECTION`), '<collection>/<file stem>'
   with a collection of `PUBLISHED_DIRS` ('imagenet21k/ViT-L_16', 'augreg/S_16-i21k-...').
+  timm-format sources (hub folder, `.safetensors` file, `hf-hub:` name) stand for themselves.
   """
-  if is_remote(path_or_name):
+  if is_remote(path_or_name) or timm_format.is_timm_source(path_or_name):
     return path_or_name
   if os.path.isdir(path_or_name):
     path = os.path.join(path_or_name, PARAMS_FILE)
@@ -185,6 +198,11 @@ def check_available(path: str, cache_dir: Optional[str] = None) -> Optional[str]
   A cheap pre-flight (a HEAD request for remote files) so a run can report every missing input
   at once before spending time on data or compilation.
   """
+  if timm_format.is_timm_source(path):
+    # Hub names are fetched (or found offline in huggingface_hub's cache) when loading.
+    return None if path.startswith(timm_format.HF_PREFIX) or os.path.exists(path) else (
+        f'timm checkpoint "{path}" not found: pass a hub folder (config.json + '
+        'model.safetensors), a .safetensors file or hf-hub:timm/<name>')
   if not is_remote(path):
     return None if os.path.isfile(path) else (
         f'checkpoint "{path}" not found: download it from {DEFAULT_PRETRAINED_DIR} '
@@ -290,8 +308,26 @@ def params_to_flat(params: Mapping[str, Any]) -> Dict[str, np.ndarray]:
 
 
 def load(path: str, cache_dir: Optional[str] = None) -> Params:
-  """Loads a published .npz (local path, gs:// or https://) into the Linen param tree."""
+  """Loads a published .npz (local path, gs:// or https://) or a timm-format checkpoint
+  (see `timm_format.is_timm_source`) into the Linen param tree."""
+  if timm_format.is_timm_source(path):
+    return _timm_load(path).params
   return params_from_flat(read_npz(resolve(path, cache_dir)))
+
+
+def load_architecture(path: str, cache_dir: Optional[str] = None
+                      ) -> Tuple[Params, 'Architecture']:
+  """(Linen params, Architecture) of a checkpoint: an npz's from its shapes (`architecture`),
+  a timm file's from its shapes and config.json (with its input size, mean and std)."""
+  if not timm_format.is_timm_source(path):
+    params = load(path, cache_dir)
+    return params, architecture(params)
+  converted = _timm_load(path)
+  arch = Architecture(config=ml_collections.ConfigDict(converted.model_config),
+                      num_classes=converted.num_classes, grid=None,
+                      image_size=converted.image_size, assumed=converted.assumed,
+                      mean=converted.mean, std=converted.std)
+  return converted.params, arch
 
 
 def save(params: Mapping[str, Any], path: str,
@@ -363,10 +399,25 @@ def check_tree(params: Mapping[str, Any], expected: Mapping[str, Any], source: s
 
 
 def num_prefix_tokens(model_config: Any) -> int:
-  """Tokens before the patch grid: 1 (the class token) for 'token' classifiers, else 0."""
-  if presets.is_mixer(model_config):
+  """Tokens before the patch grid: the class token of 'token*' classifiers, the distillation
+  token and the register tokens (0 for Mixers and ResNets)."""
+  if presets.is_mixer(model_config) or presets.is_resnet(model_config):
     return 0
-  return 1 if model_config['classifier'] in ('token', 'token_unpooled') else 0
+  cls = model_config['classifier'] in ('token', 'token_unpooled', 'token_gap')
+  return (int(cls) + int(bool(model_config.get('distilled')))
+          + int(model_config.get('num_registers') or 0))
+
+
+def posemb_prefix_tokens(model_config: Any) -> int:
+  """Rows of the position table before the grid: the prefix tokens, none with no_embed_class."""
+  if presets.is_mixer(model_config) or model_config.get('no_embed_class'):
+    return 0
+  return num_prefix_tokens(model_config)
+
+
+def _params_prefix_tokens(params: Mapping[str, Any]) -> int:
+  return (int('cls' in params) + int('dist' in params)
+          + (np.shape(params['reg'])[1] if 'reg' in params else 0))
 
 
 def _square_grid(num_tokens: int, what: str) -> Tuple[int, int]:
@@ -412,9 +463,9 @@ def fit_posemb(params: Params, model_config: Any, grid_shape: Sequence[int]) -> 
       else None
   if not posembed:  # Mixer, ResNet, or no learned position embeddings: nothing to fit.
     return params
-  prefix = num_prefix_tokens(model_config)
-  if prefix != (1 if 'cls' in params else 0):
+  if num_prefix_tokens(model_config) != _params_prefix_tokens(params):
     return params
+  prefix = posemb_prefix_tokens(model_config)
   gh, gw = grid_shape
   fitted = dict(posembed)
   if 'pos_embedding' in posembed:
@@ -438,7 +489,7 @@ def _posemb_grid(params: Mapping[str, Any], model_config: Any) -> Optional[Tuple
   if 'pos_embedding_row' in posembed:
     return len(posembed['pos_embedding_row']), len(posembed['pos_embedding_col'])
   if 'pos_embedding' in posembed:
-    n = np.shape(posembed['pos_embedding'])[1] - num_prefix_tokens(model_config)
+    n = np.shape(posembed['pos_embedding'])[1] - posemb_prefix_tokens(model_config)
     return _square_grid(n, 'the model')
   return None
 
@@ -467,21 +518,15 @@ def load_pretrained(*, pretrained_path: str, init_params: Mapping[str, Any], mod
   """
   path = resolve_name(pretrained_path)
   restored = load(path, cache_dir)
-  _warn_if_described_otherwise(path, model_config)
+  if not timm_format.is_timm_source(path):
+    _warn_if_described_otherwise(path, model_config)
+  restored = _new_heads(restored, init_params, pretrained_path, keep_head=keep_head)
   if model_config['representation_size'] is None and 'pre_logits' in restored:
     logging.info('load_pretrained: dropping pre_logits (representation_size=None).')
     del restored['pre_logits']
   elif 'pre_logits' in init_params and 'pre_logits' not in restored:
     logging.warning('load_pretrained: %s has no pre_logits; using a fresh one.', pretrained_path)
     restored['pre_logits'] = init_params['pre_logits']
-  head = restored.pop('head', None)
-  if 'head' in init_params:
-    fits = head is not None and all(
-        np.shape(head.get(k)) == np.shape(v) for k, v in init_params['head'].items())
-    if keep_head and not fits:
-      raise CheckpointError(f'keep_head: the head of {pretrained_path} does not fit the model '
-                            '(another number of classes); set keep_head=False for a new head.')
-    restored['head'] = head if keep_head else init_params['head']
   grid = grid_shape or _posemb_grid(init_params, model_config)
   if grid is not None:
     restored = fit_posemb(restored, model_config, grid)
@@ -508,6 +553,23 @@ def _warn_if_described_otherwise(path: str, model_config: Any) -> None:
                     path, '; '.join(changed))
 
 
+def _new_heads(restored: Params, init_params: Mapping[str, Any], source: str, *,
+               keep_head: bool) -> Params:
+  """The model's fresh heads (`head`, and DeiT's `head_dist`), or the file's with keep_head."""
+  restored = dict(restored)
+  for name in ('head', 'head_dist'):
+    head = restored.pop(name, None)
+    if name not in init_params:
+      continue
+    fits = head is not None and all(
+        np.shape(head.get(k)) == np.shape(v) for k, v in init_params[name].items())
+    if keep_head and not fits:
+      raise CheckpointError(f'keep_head: the {name} of {source} does not fit the model '
+                            '(another number of classes); set keep_head=False for a new head.')
+    restored[name] = head if keep_head else init_params[name]
+  return restored
+
+
 def _cast_like(params: Mapping[str, Any], like: Mapping[str, Any]) -> Params:
   if isinstance(params, Mapping):
     return {k: _cast_like(v, like[k]) for k, v in params.items()}
@@ -526,6 +588,8 @@ class Architecture:
     image_size: grid × token stride in pixels (the training resolution), or None.
     assumed: what the shapes cannot decide, each with the value used ('dropout_rate 0.1 (from
       ViT-L_16)', 'classifier token (or token_unpooled)', ...).
+    mean: per-channel mean of the [0, 1] input (official: 0.5, i.e. x / 127.5 - 1).
+    std: per-channel std of the same (official: 0.5).
   """
 
   config: ml_collections.ConfigDict
@@ -533,6 +597,8 @@ class Architecture:
   grid: Optional[Tuple[int, int]]
   image_size: Optional[int]
   assumed: Tuple[str, ...]
+  mean: Tuple[float, ...] = timm_format.OFFICIAL_MEAN
+  std: Tuple[float, ...] = timm_format.OFFICIAL_STD
 
   @property
   def model_name(self) -> str:

@@ -154,7 +154,9 @@ def shrink(config: ml_collections.ConfigDict) -> None:
   batch 8 at the input size that gives a 2x2 token grid; checkpoints, eval and export all run.
   """
   model = config.model
-  if presets.is_resnet(model):  # One unit per stage, GroupNorm's 32 channels at least.
+  if model is None:  # The model is the pretrained checkpoint's (configs/hub.py): keep it.
+    pass
+  elif presets.is_resnet(model):  # One unit per stage, GroupNorm's 32 channels at least.
     model.update(dict(stage_sizes=(1,) * len(model.stage_sizes), width_factor=.5))
   elif presets.is_mixer(model):
     model.update(dict(hidden_dim=16, num_blocks=1, tokens_mlp_dim=8, channels_mlp_dim=16))
@@ -166,7 +168,8 @@ def shrink(config: ml_collections.ConfigDict) -> None:
     if model.get('resnet') is not None:  # One unit per stage, GroupNorm's 32 channels at least.
       model.resnet = ml_collections.ConfigDict(dict(
           num_layers=(1,) * len(model.resnet.num_layers), width_factor=.5))
-  config.pp.crop = 2 * presets.token_stride(model)
+  if model is not None:
+    config.pp.crop = 2 * presets.token_stride(model)
   config.update(dict(total_steps=2, num_epochs=0., batch=8, batch_eval=8, accum_steps=1,
                      warmup_steps=1, shuffle_buffer=16, progress_every=1, eval_every=2,
                      checkpoint_every=2))

@@ -86,21 +86,30 @@ def _read_image_pil(path: str) -> np.ndarray:
                      'can decode (JPEG, PNG, GIF, BMP, WebP, TIFF).') from None
 
 
-def preprocess(image: np.ndarray, image_size: int) -> np.ndarray:
+def preprocess(image: np.ndarray, image_size: int,
+               mean: Sequence[float] = checkpoint.timm_format.OFFICIAL_MEAN,
+               std: Sequence[float] = checkpoint.timm_format.OFFICIAL_STD) -> np.ndarray:
   """uint8 RGB (H, W, 3) → float32 (size, size, 3) in [-1, 1], as the eval pipeline does it.
 
   Bilinear `tf.image.resize` without antialiasing and without cropping (the official eval
-  path resizes the whole image to a square), then `x / 127.5 - 1`.
+  path resizes the whole image to a square), then `x / 127.5 - 1`. Another `mean`/`std` (of
+  the [0, 1] image: a timm checkpoint's config.json) gives `(x / 255 - mean) / std` instead.
   """
   tf = _tensorflow()
   resized = tf.image.resize(image, [image_size, image_size], method='bilinear')
-  # x / 127.5 - 1 (= (x - 127.5) / 127.5) in float32, the input pipeline's exact arithmetic.
-  return (tf.cast(resized, tf.float32) / 127.5 - 1.).numpy()
+  if tuple(mean) == checkpoint.timm_format.OFFICIAL_MEAN and \
+      tuple(std) == checkpoint.timm_format.OFFICIAL_STD:
+    # x / 127.5 - 1 (= (x - 127.5) / 127.5) in float32, the input pipeline's exact arithmetic.
+    return (tf.cast(resized, tf.float32) / 127.5 - 1.).numpy()
+  scaled = tf.cast(resized, tf.float32).numpy() / np.float32(255.)
+  return ((scaled - np.float32(mean)) / np.float32(std)).astype(np.float32)
 
 
-def load_images(paths: Sequence[str], image_size: int) -> np.ndarray:
+def load_images(paths: Sequence[str], image_size: int,
+                mean: Sequence[float] = checkpoint.timm_format.OFFICIAL_MEAN,
+                std: Sequence[float] = checkpoint.timm_format.OFFICIAL_STD) -> np.ndarray:
   """Reads and preprocesses `paths` into one (len(paths), size, size, 3) float32 batch."""
-  return np.stack([preprocess(read_image(p), image_size) for p in paths])
+  return np.stack([preprocess(read_image(p), image_size, mean, std) for p in paths])
 
 
 @flax.struct.dataclass
@@ -181,6 +190,8 @@ class LoadedModel:
     source: the checkpoint path as given.
     class_names: label names from the run's metadata.json, or None.
     assumed: what neither the shapes nor metadata decided (see `checkpoint.Architecture`).
+    mean: per-channel input mean of the [0, 1] image (a timm config.json's; official 0.5).
+    std: per-channel input std (official 0.5).
   """
 
   model: Any
@@ -192,6 +203,12 @@ class LoadedModel:
   source: str
   class_names: Optional[Tuple[str, ...]] = None
   assumed: Tuple[str, ...] = ()
+  mean: Tuple[float, ...] = checkpoint.timm_format.OFFICIAL_MEAN
+  std: Tuple[float, ...] = checkpoint.timm_format.OFFICIAL_STD
+
+  def load_images(self, paths: Sequence[str]) -> np.ndarray:
+    """`paths` preprocessed for this model (its input size, mean and std)."""
+    return load_images(paths, self.image_size, self.mean, self.std)
 
 
 def model_config(model: str) -> ml_collections.ConfigDict:
@@ -227,10 +244,9 @@ def model_config(model: str) -> ml_collections.ConfigDict:
   return config
 
 
-def _architecture(params: Params, path: str, model: Optional[str],
+def _architecture(arch: checkpoint.Architecture, path: str, model: Optional[str],
                   metadata: Optional[Dict[str, Any]]) -> checkpoint.Architecture:
   """The file's architecture, completed by its run metadata and checked against `--model`."""
-  arch = checkpoint.architecture(params)
   if metadata and metadata.get('model'):
     arch = checkpoint.conform(arch, metadata['model'], checkpoint.METADATA_FILE)
   if model:
@@ -264,8 +280,9 @@ def load_model(checkpoint_path: str, model: Optional[str] = None,
   """Loads a published-format checkpoint into the model its shapes describe.
 
   Args:
-    checkpoint_path: local .npz, run directory, gs:// or https:// address, or a published
-      name ('ViT-B_16', 'augreg/<file stem>'); see `checkpoint.resolve_name`.
+    checkpoint_path: local .npz, run directory, gs:// or https:// address, a published
+      name ('ViT-B_16', 'augreg/<file stem>'), or a timm-format hub folder, .safetensors
+      file or hf-hub:timm/<name>; see `checkpoint.resolve_name`.
     model: optional check: a preset name or a `.py` file (see `model_config`) that must agree
       with the file; it also settles what shapes cannot (dropout, token vs token_unpooled).
     image_size: input side; None uses the run metadata's, else the checkpoint's own
@@ -282,13 +299,15 @@ def load_model(checkpoint_path: str, model: Optional[str] = None,
   if model and not model.endswith('.py'):
     models.get_config(model)  # An unknown name fails before any download.
   path = checkpoint.resolve_name(checkpoint_path)
-  if not checkpoint.is_remote(path) and not os.path.isfile(path):
+  timm_file = checkpoint.timm_format.is_timm_source(path)
+  if not (checkpoint.is_remote(path) or timm_file) and not os.path.isfile(path):
     raise checkpoint.CheckpointError(
         f'Could not find checkpoint "{checkpoint_path}"; pass an .npz file, a run directory, '
-        'a gs:// or https:// address, or a published name such as ViT-B_16.')
-  params = checkpoint.load(path)
-  metadata = checkpoint.read_metadata(path)
-  arch = _architecture(params, path, model, metadata)
+        'a gs:// or https:// address, a published name such as ViT-B_16, or a timm hub '
+        'folder, .safetensors file or hf-hub:timm/<name>.')
+  params, arch = checkpoint.load_architecture(path)
+  metadata = None if timm_file else checkpoint.read_metadata(path)
+  arch = _architecture(arch, path, model, metadata)
   config = arch.config
   assumed = list(arch.assumed)
   if not (image_size or (metadata or {}).get('image_size') or arch.image_size):
@@ -307,4 +326,4 @@ def load_model(checkpoint_path: str, model: Optional[str] = None,
   return LoadedModel(model=net, params=params, config=config, image_size=image_size,
                      num_classes=arch.num_classes, head_is_zero=head_is_zero,
                      source=checkpoint_path, class_names=tuple(names) if names else None,
-                     assumed=tuple(assumed))
+                     assumed=tuple(assumed), mean=tuple(arch.mean), std=tuple(arch.std))

@@ -1,12 +1,17 @@
 """Vision Transformer (and hybrid ResNet+ViT) with the official Linen parameter tree.
 
 Defaults reproduce the official `vit_jax` architecture exactly; the extra fields (position
-embedding variants, stochastic depth, dtypes, remat, fused attention) are off by default.
+embedding variants, stochastic depth, dtypes, remat, fused attention, and what timm's ViT
+families need: exact/quick GELU, LayerScale, register and distillation tokens, a class token
+outside the position embedding, norm_pre, fc_norm, a MAP head, a bias-free patch embedding)
+are off by default.
 """
 
+import functools
 from typing import Any, Callable, Optional, Sequence, Tuple
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -16,8 +21,24 @@ from vit_jax import ops
 Array = jnp.ndarray
 Dtype = Any
 
-CLASSIFIERS = ('token', 'gap', 'unpooled', 'token_unpooled')
+# 'token_gap': a class token in the sequence, pooled by the mean of the other tokens (MAE);
+# 'map': attention pooling by a learned probe (big_vision's MAPHead, SigLIP).
+CLASSIFIERS = ('token', 'gap', 'unpooled', 'token_unpooled', 'token_gap', 'map')
+CLASS_TOKEN_CLASSIFIERS = ('token', 'token_unpooled', 'token_gap')
 POSEMB_KINDS = ('learn', 'learn_2d', 'sincos2d', 'none')
+
+
+def quick_gelu(x: Array) -> Array:
+  """CLIP's sigmoid approximation of GELU, x * sigmoid(1.702 x) (OpenAI CLIP towers)."""
+  return x * jax.nn.sigmoid(1.702 * x)
+
+
+# The official code uses GELU's tanh approximation; timm's ports default to the exact erf GELU.
+ACTIVATIONS = {
+    'gelu_tanh': nn.gelu,
+    'gelu': functools.partial(nn.gelu, approximate=False),
+    'quick_gelu': quick_gelu,
+}
 
 
 def posemb_sincos_2d(grid_shape: Tuple[int, int], width: int,
@@ -81,9 +102,10 @@ class AddPositionEmbs2D(nn.Module):
 
 
 class MlpBlock(nn.Module):
-  """Dense → GELU (tanh approximation) → dropout → Dense → dropout."""
+  """Dense → activation (official: GELU's tanh approximation) → dropout → Dense → dropout."""
 
   mlp_dim: int
+  activation: str = 'gelu_tanh'
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
   out_dim: Optional[int] = None
@@ -96,7 +118,7 @@ class MlpBlock(nn.Module):
     dense = lambda features: nn.Dense(  # noqa: E731
         features, dtype=self.dtype, param_dtype=self.param_dtype,
         kernel_init=self.kernel_init, bias_init=self.bias_init)
-    x = nn.gelu(dense(self.mlp_dim)(inputs))
+    x = ACTIVATIONS[self.activation](dense(self.mlp_dim)(inputs))
     x = nn.Dropout(rate=self.dropout_rate)(x, deterministic=deterministic)
     x = dense(self.out_dim or inputs.shape[-1])(x)
     return nn.Dropout(rate=self.dropout_rate)(x, deterministic=deterministic)
@@ -106,6 +128,8 @@ class Encoder1DBlock(nn.Module):
   """Pre-LN transformer block: x + Attn(LN(x)), then x + MLP(LN(x)).
 
   `drop_path_rate` > 0 adds stochastic depth: each residual branch is dropped per example.
+  `layer_scale` > 0 multiplies each branch by a learned per-channel `ls1`/`ls2` initialised to it
+  (CaiT/DeiT-III/DINOv2; timm's `ls1.gamma`).
   """
 
   mlp_dim: int
@@ -116,11 +140,15 @@ class Encoder1DBlock(nn.Module):
   attention_dropout_rate: float = 0.1
   drop_path_rate: float = 0.
   attention_impl: str = 'xla'
+  activation: str = 'gelu_tanh'
+  layer_norm_eps: float = 1e-6
+  layer_scale: float = 0.
 
   @nn.compact
   def __call__(self, inputs: Array, deterministic: bool) -> Array:
     drop_path = nn.Dropout(rate=self.drop_path_rate, broadcast_dims=(1, 2))
-    x = nn.LayerNorm(dtype=self.dtype, param_dtype=self.param_dtype)(inputs)
+    x = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype,
+                     param_dtype=self.param_dtype)(inputs)
     # Attention weights are only materialised (and sown) when someone collects intermediates.
     sow = self.is_mutable_collection('intermediates')
     x = nn.MultiHeadDotProductAttention(
@@ -133,16 +161,61 @@ class Encoder1DBlock(nn.Module):
         attention_fn=ops.ATTENTION_FNS[self.attention_impl],
     )(x, x, deterministic=deterministic, sow_weights=sow)
     x = nn.Dropout(rate=self.dropout_rate)(x, deterministic=deterministic)
-    x = inputs + drop_path(x, deterministic=deterministic)
+    x = inputs + drop_path(self._scale('ls1', x), deterministic=deterministic)
 
-    y = nn.LayerNorm(dtype=self.dtype, param_dtype=self.param_dtype)(x)
+    y = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype,
+                     param_dtype=self.param_dtype)(x)
     y = MlpBlock(mlp_dim=self.mlp_dim, dtype=self.dtype, param_dtype=self.param_dtype,
-                 dropout_rate=self.dropout_rate)(y, deterministic=deterministic)
-    return x + drop_path(y, deterministic=deterministic)
+                 dropout_rate=self.dropout_rate, activation=self.activation)(
+                     y, deterministic=deterministic)
+    return x + drop_path(self._scale('ls2', y), deterministic=deterministic)
+
+  def _scale(self, name: str, x: Array) -> Array:
+    if not self.layer_scale:
+      return x
+    gamma = self.param(name, nn.initializers.constant(self.layer_scale), (x.shape[-1],),
+                       self.param_dtype)
+    return x * gamma.astype(x.dtype)
+
+
+class MAPHead(nn.Module):
+  """Multihead attention pooling (big_vision's MAPHead; timm's `attn_pool` of SigLIP).
+
+  A learned `probe` query attends over all tokens; then x + MLP(LN(x)), no residual around the
+  attention (as both references). Returns (batch, hidden).
+  """
+
+  mlp_dim: int
+  num_heads: int
+  activation: str = 'gelu_tanh'
+  layer_norm_eps: float = 1e-6
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    n, _, d = x.shape
+    probe = self.param('probe', nn.initializers.xavier_uniform(), (1, 1, d), self.param_dtype)
+    probe = jnp.tile(probe.astype(x.dtype), (n, 1, 1))
+    x = nn.MultiHeadDotProductAttention(
+        num_heads=self.num_heads, dtype=self.dtype, param_dtype=self.param_dtype,
+        kernel_init=nn.initializers.xavier_uniform())(probe, x)
+    y = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype,
+                     param_dtype=self.param_dtype)(x)
+    x = x + MlpBlock(mlp_dim=self.mlp_dim, dtype=self.dtype, param_dtype=self.param_dtype,
+                     dropout_rate=0., activation=self.activation)(y, deterministic=True)
+    return x[:, 0]
 
 
 class Encoder(nn.Module):
-  """Position embeddings, `num_layers` blocks named encoderblock_{i}, then `encoder_norm`."""
+  """Position embeddings, `num_layers` blocks named encoderblock_{i}, then `encoder_norm`.
+
+  `prefix` tokens (class, distillation, register) are concatenated before the grid: before the
+  position embedding is added (official), or after it with `no_embed_class` (DeiT-III, DINOv2
+  with registers: the table covers the grid only). `norm_pre` adds a LayerNorm before the
+  blocks (CLIP); `final_norm=False` leaves out `encoder_norm` (fc_norm models normalise after
+  pooling instead).
+  """
 
   num_layers: int
   mlp_dim: int
@@ -156,14 +229,28 @@ class Encoder(nn.Module):
   attention_impl: str = 'xla'
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
+  activation: str = 'gelu_tanh'
+  layer_norm_eps: float = 1e-6
+  layer_scale: float = 0.
+  no_embed_class: bool = False
+  norm_pre: bool = False
+  final_norm: bool = True
 
   @nn.compact
   def __call__(self, x: Array, *, train: bool,
-               grid_shape: Optional[Tuple[int, int]] = None) -> Array:
+               grid_shape: Optional[Tuple[int, int]] = None,
+               prefix: Optional[Array] = None) -> Array:
     if x.ndim != 3:
       raise ValueError(f'Encoder expects (batch, tokens, hidden), got {x.shape}')
+    if prefix is not None and not self.no_embed_class:
+      x = jnp.concatenate([prefix, x], axis=1)
     x = self._add_position_embedding(x, grid_shape)
+    if prefix is not None and self.no_embed_class:
+      x = jnp.concatenate([prefix, x], axis=1)
     x = nn.Dropout(rate=self.dropout_rate)(x, deterministic=not train)
+    if self.norm_pre:
+      x = nn.LayerNorm(epsilon=self.layer_norm_eps, param_dtype=self.param_dtype,
+                       name='norm_pre')(x)
     # Blocks are rematerialised only where it matters: when gradients are taken of an `apply`
     # (not at init, and not while intermediates are being collected for analysis).
     remat = (self.remat and not self.is_initializing()
@@ -175,9 +262,13 @@ class Encoder(nn.Module):
                              param_dtype=self.param_dtype, dropout_rate=self.dropout_rate,
                              attention_dropout_rate=self.attention_dropout_rate,
                              drop_path_rate=rate, attention_impl=self.attention_impl,
-                             name=f'encoderblock_{i}')
+                             activation=self.activation, layer_norm_eps=self.layer_norm_eps,
+                             layer_scale=self.layer_scale, name=f'encoderblock_{i}')
       x = self._remat_block(block, x, not train) if remat else block(x, not train)
-    return nn.LayerNorm(param_dtype=self.param_dtype, name='encoder_norm')(x)
+    if not self.final_norm:
+      return x
+    return nn.LayerNorm(epsilon=self.layer_norm_eps, param_dtype=self.param_dtype,
+                        name='encoder_norm')(x)
 
   def _remat_block(self, block: 'Encoder1DBlock', x: Array, deterministic: bool) -> Array:
     """Runs `block` on its own params, recomputing its activations in the backward pass."""
@@ -219,7 +310,8 @@ class VisionTransformer(nn.Module):
     hidden_size: token width.
     resnet: None, or dict with `num_layers` (units per stage) and `width_factor`.
     representation_size: width of the tanh `pre_logits` layer, or None for none.
-    classifier: 'token', 'gap', 'unpooled' or 'token_unpooled'.
+    classifier: 'token', 'gap', 'unpooled', 'token_unpooled', 'token_gap' (class token, mean
+      of the other tokens: MAE) or 'map' (attention pooling: SigLIP).
     head_bias_init: constant for the head bias (-10 for sigmoid pretraining as in big_vision).
     posemb: 'learn' (official), 'learn_2d', 'sincos2d' or 'none'.
     stochastic_depth: maximal drop-path rate (last block); 0 disables it.
@@ -228,6 +320,16 @@ class VisionTransformer(nn.Module):
     attention_impl: 'xla' (Flax's einsum-softmax-einsum), 'fused' (jax.nn.dot_product_attention;
       cuDNN flash attention on NVIDIA GPUs in bf16/fp16) or 'heads_first'
       (`heads_first_attention`, same maths reordered; fastest on CPU).
+    activation: MLP activation: 'gelu_tanh' (official), 'gelu' (exact, timm) or 'quick_gelu'.
+    layer_norm_eps: epsilon of every LayerNorm (1e-6 official; timm's CLIP towers 1e-5).
+    layer_scale: init value of per-channel LayerScale on both residual branches; 0 = none.
+    num_registers: learned register tokens `reg` after the class token (DINOv2 reg4).
+    no_embed_class: the position table covers the patch grid only; prefix tokens get none.
+    distilled: a distillation token `dist` and its own `head_dist`; the output is the mean of
+      both heads (timm's DeiT at evaluation).
+    norm_pre: a LayerNorm `norm_pre` before the first block (CLIP).
+    fc_norm: LayerNorm `fc_norm` after pooling instead of `encoder_norm` before it.
+    patch_bias: whether the patch embedding has a bias (CLIP's has none).
   """
 
   num_classes: Optional[int]
@@ -245,11 +347,24 @@ class VisionTransformer(nn.Module):
   param_dtype: Dtype = jnp.float32
   remat: bool = False
   attention_impl: str = 'xla'
+  activation: str = 'gelu_tanh'
+  layer_norm_eps: float = 1e-6
+  layer_scale: float = 0.
+  num_registers: int = 0
+  no_embed_class: bool = False
+  distilled: bool = False
+  norm_pre: bool = False
+  fc_norm: bool = False
+  patch_bias: bool = True
 
   def __post_init__(self):
     _check_choice('classifier', self.classifier, CLASSIFIERS)
     _check_choice('posemb', self.posemb, POSEMB_KINDS)
     _check_choice('attention_impl', self.attention_impl, tuple(ops.ATTENTION_FNS))
+    _check_choice('activation', self.activation, tuple(ACTIVATIONS))
+    if self.distilled and (self.classifier != 'token' or self.representation_size is not None):
+      raise ValueError('distilled=True needs classifier=token and no representation_size '
+                       '(DeiT pools the class and distillation tokens into two heads).')
     super().__post_init__()
 
   @nn.compact
@@ -262,40 +377,85 @@ class VisionTransformer(nn.Module):
     patch = tuple(self.patches['size'])
     _check_divisible(x.shape[1:3], patch, hybrid=self.resnet is not None)
     x = nn.Conv(self.hidden_size, patch, strides=patch, padding='VALID', dtype=self.dtype,
-                param_dtype=self.param_dtype, name='embedding')(x)
+                param_dtype=self.param_dtype, use_bias=self.patch_bias, name='embedding')(x)
     if self.transformer is not None:
       n, h, w, c = x.shape
       x = x.reshape(n, h * w, c)
-      if self.classifier in ('token', 'token_unpooled'):
-        cls = self.param('cls', nn.initializers.zeros, (1, 1, c), self.param_dtype)
-        x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (n, 1, 1)), x], axis=1)
       x = Encoder(name='Transformer', posemb=self.posemb,
                   stochastic_depth=self.stochastic_depth, remat=self.remat,
                   attention_impl=self.attention_impl, dtype=self.dtype,
-                  param_dtype=self.param_dtype, **self.transformer)(
-                      x, train=train, grid_shape=(h, w))
+                  param_dtype=self.param_dtype, activation=self.activation,
+                  layer_norm_eps=self.layer_norm_eps, layer_scale=self.layer_scale,
+                  no_embed_class=self.no_embed_class, norm_pre=self.norm_pre,
+                  final_norm=not self.fc_norm, **self.transformer)(
+                      x, train=train, grid_shape=(h, w), prefix=self._prefix_tokens(n, c))
     x = self._pool(x)
+    if self.fc_norm:
+      x = nn.LayerNorm(epsilon=self.layer_norm_eps, param_dtype=self.param_dtype,
+                       name='fc_norm')(x)
+    if self.distilled:
+      return self._distilled_heads(x)
     x = self.sow_features('pre_logits_input', x)
     if self.representation_size is not None:
       x = nn.tanh(nn.Dense(self.representation_size, param_dtype=self.param_dtype,
                            name='pre_logits')(x))
     x = self.sow_features('pre_logits', x)
     if self.num_classes:
-      x = nn.Dense(self.num_classes, kernel_init=nn.initializers.zeros,
-                   bias_init=nn.initializers.constant(self.head_bias_init),
-                   param_dtype=self.param_dtype, name='head')(x)
+      x = self._head('head')(x)
     return x.astype(jnp.float32)
+
+  def _head(self, name: str) -> nn.Dense:
+    return nn.Dense(self.num_classes, kernel_init=nn.initializers.zeros,
+                    bias_init=nn.initializers.constant(self.head_bias_init),
+                    param_dtype=self.param_dtype, name=name)
+
+  def _prefix_tokens(self, batch: int, width: int) -> Optional[Array]:
+    """(batch, prefix, width) learned tokens before the grid: cls, dist, registers; or None."""
+    tokens = []
+    if self.classifier in CLASS_TOKEN_CLASSIFIERS:
+      tokens.append(self.param('cls', nn.initializers.zeros, (1, 1, width), self.param_dtype))
+    if self.distilled:
+      tokens.append(self.param('dist', nn.initializers.zeros, (1, 1, width), self.param_dtype))
+    if self.num_registers:
+      tokens.append(self.param('reg', nn.initializers.zeros, (1, self.num_registers, width),
+                               self.param_dtype))
+    if not tokens:
+      return None
+    prefix = jnp.concatenate(tokens, axis=1).astype(self.dtype)
+    return jnp.tile(prefix, (batch, 1, 1))
+
+  def _distilled_heads(self, tokens: Array) -> Array:
+    """DeiT: `head` on the class token, `head_dist` on the distillation token, averaged."""
+    self.sow_features('pre_logits_input', (tokens[:, 0] + tokens[:, 1]) / 2)
+    self.sow_features('pre_logits', (tokens[:, 0] + tokens[:, 1]) / 2)
+    if not self.num_classes:
+      return ((tokens[:, 0] + tokens[:, 1]) / 2).astype(jnp.float32)
+    logits = (self._head('head')(tokens[:, 0]) + self._head('head_dist')(tokens[:, 1])) / 2
+    return logits.astype(jnp.float32)
 
   def sow_features(self, name: str, x: Array) -> Array:
     """Records `x` in the 'intermediates' collection when it is mutable (for feature tools)."""
     self.sow('intermediates', name, x)
     return x
 
+  @property
+  def num_prefix_tokens(self) -> int:
+    """Tokens before the patch grid in the sequence (class, distillation, registers)."""
+    return (int(self.classifier in CLASS_TOKEN_CLASSIFIERS) + int(self.distilled)
+            + self.num_registers)
+
   def _pool(self, x: Array) -> Array:
     if self.classifier == 'token':
-      return x[:, 0]
-    if self.classifier == 'gap':
+      return x[:, :2] if self.distilled else x[:, 0]
+    if self.classifier in ('gap', 'token_gap'):  # Prefix tokens are not averaged (as timm).
+      if x.ndim == 3:
+        x = x[:, self.num_prefix_tokens:]
       return jnp.mean(x, axis=tuple(range(1, x.ndim - 1)))
+    if self.classifier == 'map':
+      t = self.transformer
+      return MAPHead(mlp_dim=t['mlp_dim'], num_heads=t['num_heads'], activation=self.activation,
+                     layer_norm_eps=self.layer_norm_eps, dtype=self.dtype,
+                     param_dtype=self.param_dtype, name='MAPHead_0')(x)
     return x
 
 

@@ -115,7 +115,7 @@ def predict(loaded: features.LoadedModel, paths: Sequence[str], *, k: int = 5,
   forward = jax.jit(lambda params, x: loaded.model.apply({'params': params}, x, train=False))
   for start in range(0, len(paths), batch_size):
     chunk = list(paths[start:start + batch_size])
-    images = features.load_images(chunk, loaded.image_size)
+    images = loaded.load_images(chunk)
     padded = np.concatenate(
         [images, np.zeros((batch_size - len(chunk), *images.shape[1:]), images.dtype)])
     logits = np.asarray(forward(loaded.params, padded))[:len(chunk)]

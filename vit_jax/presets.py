@@ -24,6 +24,16 @@ VIT_EXTRAS = dict(
     remat=False,  # Recompute each block in backward: less activation memory.
     attention_impl='xla',  # 'heads_first' (fastest on CPU) or 'fused' (cuDNN flash on GPU).
     head_bias_init=0.,  # -10 for sigmoid pretraining (big_vision i21k).
+    # What timm's ViT families need (vit_jax/timm_format.py reads their files); all off here.
+    activation='gelu_tanh',  # MLP activation: 'gelu_tanh' (official), 'gelu' (exact), 'quick_gelu'.
+    layer_norm_eps=1e-6,  # LayerNorm epsilon (timm's CLIP towers: 1e-5).
+    layer_scale=0.,  # LayerScale init value (DeiT-III 1e-6, DINOv2 1e-5); 0 = no LayerScale.
+    num_registers=0,  # Register tokens after the class token (DINOv2 reg4: 4).
+    no_embed_class=False,  # Position table for the patch grid only (DeiT-III, DINOv2 reg).
+    distilled=False,  # DeiT distillation token + head_dist; output = mean of both heads.
+    norm_pre=False,  # LayerNorm before the first block (CLIP).
+    fc_norm=False,  # LayerNorm after pooling instead of before (MAE-style pooled models).
+    patch_bias=True,  # Bias of the patch embedding (CLIP has none).
 )
 
 # The same for `ResNet` presets (it has no dropout, attention or position embeddings).

@@ -652,14 +652,36 @@ def export_params(trainer: Trainer, params: Any, workdir: str, result: Dict[str,
                     raw, averaged)
 
 
+def with_checkpoint_model(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """`config` with `model` read from `config.pretrained_path` when the config names none.
+
+  This is how a timm hub folder, .safetensors file or hf-hub name (or any npz) is fine-tuned
+  without a model name (`configs/hub.py`): the checkpoint says what it is; dropout stays 0.
+  """
+  if config.model is not None:
+    return config
+  if not config.pretrained_path:
+    raise ValueError('config.model is not set: name a model (e.g. configs/vit.py:b16,DATASET) '
+                     'or pass --config.pretrained_path=<checkpoint> to fine-tune what it holds.')
+  _, arch = checkpoint.load_architecture(checkpoint.resolve_name(config.pretrained_path))
+  for note in arch.assumed:
+    logging.info('%s: assumed %s.', config.pretrained_path, note)
+  config = ml_collections.ConfigDict(config.to_dict())
+  config.model = arch.config
+  logging.info('Model from %s: %s.', config.pretrained_path, config.model.model_name)
+  return config.lock()
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, Any]:
   """Trains (or continues training) per `config` in `workdir`; returns final eval metrics.
 
   Writes TensorBoard events, `metrics.jsonl` + `curves.png`, orbax checkpoints under
   `workdir/checkpoints` and the final `workdir/params.npz`. Returns `{'step': total, ...}` when
   finished, or `{'stopped_at': step, ...}` when SIGTERM stopped it with steps left (a checkpoint
-  saved, no params.npz; `python -m vit_jax.main` exits 143 then).
+  saved, no params.npz; `python -m vit_jax.main` exits 143 then). Without `config.model` the
+  model is the one `config.pretrained_path` holds (`with_checkpoint_model`).
   """
+  config = with_checkpoint_model(config)
   manager = make_checkpoint_manager(workdir, config)
   trainer = build_trainer(config, needs_pretrained=manager.latest_step() is None)
   state, damaged = restore_or_init(trainer, manager)
