@@ -20,6 +20,7 @@ INSTALL_REQUIRES = [
     'optax>=0.2.8',
     'orbax-checkpoint>=0.12.8',
     'pillow>=10.0',
+    'safetensors>=0.4',  # timm-format (Swin) weights: model.safetensors.
     'scipy>=1.13',
     'tensorboard>=2.21.0',  # clu's metric writers need it but do not declare it.
     'tensorflow-cpu>=2.21.0; platform_machine == "x86_64"',
