@@ -12,12 +12,11 @@ differs (docs/analysis.md, "Fine-tuning timm's Swin weights").
 Input: the model's published resolution (224px for window 7, 384px for window 12).
 Recipe (timm-style transfer, not the official ViT SGD one): AdamW, lr 1e-4, weight decay 0.05,
 stochastic depth 0.1, 50 warmup steps, cosine, batch 64, inception crop + flip.
-Commands:
+Command (then `vit_jax.predict --checkpoint=runs/swin_t_folder IMAGES`, no --model needed):
   python -m vit_jax.main --config=configs/swin.py:t7,/data/my_images \
     --config.pretrained_path=/data/swin_t --workdir=runs/swin_t_folder
-  python -m vit_jax.predict --checkpoint=runs/swin_t_folder /data/my_images/test
 Expected: not measured here (the published weights cannot be downloaded on this machine); the
-commands run as printed (tests/test_documented_commands.py, shrunk).
+command runs as printed on a timm-format folder (tests/test_documented_commands.py, shrunk).
 """
 
 from vit_jax import config_lib

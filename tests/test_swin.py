@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
+from PIL import Image
 from safetensors.numpy import load_file
 
 from vit_jax import checkpoint
@@ -25,6 +26,7 @@ from vit_jax import features
 from vit_jax import models
 from vit_jax import models_swin
 from vit_jax import parallel
+from vit_jax import predict
 from vit_jax import swin_timm
 from vit_jax import train
 
@@ -213,15 +215,26 @@ def test_bias_table_resize_equals_timm(tmp_path):
   assert swin_timm.resize_relative_position_bias_table(same, (7, 7)) is same
 
 
-def test_new_window_at_finetuning_gives_timms_logits(tmp_path):
+@pytest.fixture(scope='module')
+def tiny_hub(tmp_path_factory):
+  """timm's Swin-testing-shaped hub folder (5 classes, 32px), its logits on 2 images, and
+  timm's logits at 48px after loading it into a window-6 model."""
+  folder = tmp_path_factory.mktemp('swin_hub')
+  x48 = random_images(2, 48, seed=3)
+  np.save(folder / 'images_resized.npy', x48)
+  x = random_images(2, 32, seed=4)
+  facts, logits = timm_hub_folder(
+      folder, 'swin_tiny_patch4_window7_224', dict(TINY, img_size=32, num_classes=5), x,
+      resized=dict(TINY, img_size=48, window_size=6, num_classes=5))
+  return dict(folder=folder, images=x, logits=logits, facts=facts, images_resized=x48,
+              logits_resized=np.load(folder / 'logits_resized.npy'))
+
+
+def test_new_window_at_finetuning_gives_timms_logits(tiny_hub):
   # Weights trained with window 4 at 32px, fine-tuned with window 6 at 48px: timm resizes the
   # tables on loading (checkpoint_filter_fn); we do in `fit_relative_position_tables`.
-  x = random_images(2, 48, seed=3)
-  np.save(tmp_path / 'images_resized.npy', x)
-  facts, _ = timm_hub_folder(
-      tmp_path, 'swin_tiny_patch4_window7_224', dict(TINY, img_size=32, num_classes=5),
-      random_images(1, 32), resized=dict(TINY, img_size=48, window_size=6, num_classes=5))
-  params, _, _ = convert_folder(tmp_path)
+  x, facts = tiny_hub['images_resized'], tiny_hub['facts']
+  params, _, _ = convert_folder(tiny_hub['folder'])
   model = models.get_model('Swin-testing', num_classes=5, window_size=6)
   like = jax.eval_shape(lambda: model.init(jax.random.key(0), x, train=False))['params']
   fitted = swin_timm.fit_relative_position_tables(params, like)
@@ -229,8 +242,7 @@ def test_new_window_at_finetuning_gives_timms_logits(tmp_path):
             for s in range(2) for b in range(2)]
   assert tables == facts['resized_tables'] == [[121, 2]] * 2 + [[121, 4]] * 2
   checkpoint.check_tree(fitted, like, 'fitted')
-  theirs = np.load(tmp_path / 'logits_resized.npy')
-  np.testing.assert_allclose(apply(model, fitted, x), theirs, atol=5e-5)
+  np.testing.assert_allclose(apply(model, fitted, x), tiny_hub['logits_resized'], atol=5e-5)
 
 
 def test_official_layout_and_detection():
@@ -255,20 +267,28 @@ def test_official_layout_and_detection():
     swin_timm.convert({'patch_embed.proj.weight': np.zeros((16, 3, 4, 4))})
 
 
-def test_hub_folder_predicts_with_no_model_flag(tmp_path):
+def test_hub_folder_predicts_with_no_model_flag(tmp_path, tiny_hub, capsys):
   """The user's path: `predict --checkpoint=<timm hub folder>` reads the model from the file."""
-  x = random_images(2, 32, seed=4)
-  _, theirs = timm_hub_folder(tmp_path, 'swin_tiny_patch4_window7_224',
-                              dict(TINY, img_size=32, num_classes=5), x)
-  loaded = features.load_model(str(tmp_path))
+  x, theirs = tiny_hub['images'], tiny_hub['logits']
+  loaded = features.load_model(str(tiny_hub['folder']))
   assert loaded.config.model_name == 'Swin-testing' and loaded.num_classes == 5
   assert loaded.image_size == 32
   np.testing.assert_allclose(apply(loaded.model, loaded.params, x), theirs, atol=5e-5)
+  # The command line: `python -m vit_jax.predict --checkpoint=FOLDER image.png`, top class
+  # = the argmax of the model on the PNG's 8-bit pixels.
+  pixels = np.round((x[0] + 1) * 127.5)
+  Image.fromarray(pixels.astype(np.uint8)).save(tmp_path / 'image.png')
+  assert predict.main(['predict', f'--checkpoint={tiny_hub["folder"]}', '--json',
+                       str(tmp_path / 'image.png')]) == 0
+  result = json.loads(capsys.readouterr().out)['results'][0]
+  quantised = loaded.model.apply({'params': loaded.params}, (pixels / 127.5 - 1)[None],
+                                 train=False)
+  assert result['predictions'][0]['index'] == int(np.argmax(quantised))
   # A bare .safetensors file (no config.json beside it): ImageNet mean/std are assumed, as
   # timm's Swin configs have them.
   bare = tmp_path / 'bare'
   bare.mkdir()
-  os.link(tmp_path / 'model.safetensors', bare / 'weights.safetensors')
+  os.link(tiny_hub['folder'] / 'model.safetensors', bare / 'weights.safetensors')
   loaded = features.load_model(str(bare / 'weights.safetensors'))
   np.testing.assert_allclose(apply(loaded.model, loaded.params, x), theirs, atol=5e-5)
 
@@ -344,11 +364,9 @@ def test_same_step_on_1_and_4_devices():
   assert len(jax.devices()) == 4 and parallel.make_mesh().size == 4
 
 
-def test_finetune_from_a_timm_hub_folder(tmp_path, mock_cifar10):
+def test_finetune_from_a_timm_hub_folder(tmp_path, mock_cifar10, tiny_hub):
   """`--config.pretrained_path=<hub folder>`: timm's weights start the run, with a new head."""
-  folder = tmp_path / 'swin_hub'
-  timm_hub_folder(folder, 'swin_tiny_patch4_window7_224', dict(TINY, img_size=32, num_classes=5),
-                  random_images(1, 32))
+  folder = tiny_hub['folder']
   converted, _, _ = convert_folder(folder)
   workdir = tmp_path / 'run'
   config = make_config(pretrained_path=str(folder), base_lr=0., weight_decay=0., optim='adamw')
