@@ -115,3 +115,51 @@ def write_npz(path, arrays: Dict[str, np.ndarray]) -> str:
   path = str(path)
   np.savez(path, **arrays)
   return path if path.endswith('.npz') else path + '.npz'
+
+
+def timm_swin_state_dict(model_config: Any, num_classes: int, image_size: int,
+                         seed: int = 0) -> Dict[str, np.ndarray]:
+  """Random weights of a Swin with timm 1.0's names and (out, in) Linear shapes.
+
+  Spelled out from timm's `swin_transformer.py`, not from `vit_jax.swin_timm`: patch embedding
+  conv (C, 3, p, p) + norm; per stage `layers.i.downsample` (stages > 0: norm 4C, reduction
+  (2C, 4C) without bias) and blocks (norm1, attn.qkv (3C, C), attn.proj, the bias table of the
+  clamped window, norm2, mlp.fc1/fc2); `norm`; `head.fc`.
+  """
+  rng = np.random.default_rng(seed)
+  out: Dict[str, np.ndarray] = {}
+
+  def add(name, shape, mean=0.):
+    out[name] = (mean + 0.05 * rng.standard_normal(shape)).astype(np.float32)
+
+  p, c = model_config['patches']['size'][0], model_config['embed_dim']
+  side = image_size // p
+  add('patch_embed.proj.weight', (c, 3, p, p))
+  add('patch_embed.proj.bias', (c,))
+  add('patch_embed.norm.weight', (c,), mean=1.)
+  add('patch_embed.norm.bias', (c,))
+  for stage, (depth, heads) in enumerate(zip(model_config['depths'],
+                                             model_config['num_heads'])):
+    if stage:
+      side = -(-side // 2)
+      add(f'layers.{stage}.downsample.norm.weight', (4 * c,), mean=1.)
+      add(f'layers.{stage}.downsample.norm.bias', (4 * c,))
+      add(f'layers.{stage}.downsample.reduction.weight', (2 * c, 4 * c))
+      c *= 2
+    window = min(side, model_config['window_size'])
+    mlp = int(c * model_config['mlp_ratio'])
+    for block in range(depth):
+      pre = f'layers.{stage}.blocks.{block}'
+      for norm in ('norm1', 'norm2'):
+        add(f'{pre}.{norm}.weight', (c,), mean=1.)
+        add(f'{pre}.{norm}.bias', (c,))
+      add(f'{pre}.attn.relative_position_bias_table', ((2 * window - 1)**2, heads))
+      for name, shape in (('attn.qkv', (3 * c, c)), ('attn.proj', (c, c)),
+                          ('mlp.fc1', (mlp, c)), ('mlp.fc2', (c, mlp))):
+        add(f'{pre}.{name}.weight', shape)
+        add(f'{pre}.{name}.bias', shape[:1])
+  add('norm.weight', (c,), mean=1.)
+  add('norm.bias', (c,))
+  add('head.fc.weight', (num_classes, c))
+  add('head.fc.bias', (num_classes,))
+  return out

@@ -56,9 +56,12 @@ def test_every_preset_from_shapes(name):
   assert arch.model_name == name
   _same(arch.config, config)
   # A ResNet classifier has no position embeddings, so no trained resolution to read.
-  resnet = presets.is_resnet(config)
-  assert (arch.num_classes, arch.image_size) == (1000, None if resnet else size)
-  assert arch.grid == (None if resnet else models.token_grid(config, (size, size)))
+  resnet, swin = presets.is_resnet(config), presets.is_swin(config)
+  # A Swin has none either: its published resolution (last stage one window) is assumed.
+  image_size = None if resnet else presets.finetune_resolution(config) if swin else size
+  assert (arch.num_classes, arch.image_size) == (1000, image_size)
+  assert arch.grid == (None if resnet or swin else models.token_grid(config, (size, size)))
+  assert not swin or any('trained at' in note for note in arch.assumed)
   # A Linen tree (here: shapes only) gives the same answer as the published flat names.
   assert checkpoint.architecture(shapes) == arch
 

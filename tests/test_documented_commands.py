@@ -16,6 +16,7 @@ serve, an impossible resolution) fails here.
 """
 
 import glob
+import json
 import os
 import re
 import shlex
@@ -28,6 +29,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from npz_fixtures import timm_swin_state_dict
 from test_configs import CONFIG_FILES, load_config
 from vit_jax import checkpoint
 from vit_jax import config_lib
@@ -176,6 +178,19 @@ def write_npz(model_config, path, num_classes, image_size):
   checkpoint.save(jax.device_get(params), path)
 
 
+def write_timm_folder(model_config, folder, num_classes, image_size):
+  """A timm hub folder (model.safetensors + config.json) of random Swin weights."""
+  from safetensors.numpy import save_file
+  os.makedirs(folder, exist_ok=True)
+  save_file(timm_swin_state_dict(model_config, num_classes, image_size),
+            os.path.join(folder, 'model.safetensors'))
+  with open(os.path.join(folder, 'config.json'), 'w') as f:
+    json.dump({'architecture': 'swin_tiny_patch4_window7_224', 'num_classes': num_classes,
+               'pretrained_cfg': {'input_size': [3, image_size, image_size],
+                                  'mean': [0.485, 0.456, 0.406], 'std': [0.229, 0.224, 0.225]}},
+              f)
+
+
 def config_of(command, work):
   """The experiment config `command` runs (its --config file with the overrides it names)."""
   args = shlex.split(command)
@@ -207,7 +222,10 @@ def place_pretrained(command, work):
       continue
     local = checkpoint.cache_path(path, str(work / 'cache')) if checkpoint.is_remote(path) else path
     os.makedirs(os.path.dirname(local), exist_ok=True)
-    write_npz(stage.model, local, 10, stage.pp.crop)
+    if models.is_swin(stage.model) and not local.endswith('.npz'):  # timm's hub folder.
+      write_timm_folder(stage.model, local, 10, stage.pp.crop)
+    else:
+      write_npz(stage.model, local, 10, stage.pp.crop)
 
 
 def write_timm_folder(folder):

@@ -65,6 +65,48 @@ def test_matches_xla_cost_analysis(name):
   assert xla == pytest.approx(analytic, rel=0.02)
 
 
+def test_swin_by_hand():
+  # Swin-testing at 40px: patch 4 → 10x10 (window 4: padded to 12x12, 9 windows), merged to
+  # 5x5 (window 4 again: padded to 8x8); widths 16, 32; MLP 4x; 3 classes.
+  got = flops.count_flops(models.get_config('Swin-testing'), 40, num_classes=3)
+  assert got == {
+      'patch_embedding': 2 * 100 * (4 * 4 * 3) * 16,
+      'patch_merging': 2 * 25 * 64 * 32,
+      'qkv_out_projections': 2 * (4 * 2 * 144 * 16 * 16) + 2 * (4 * 2 * 64 * 32 * 32),
+      'attention': 2 * (2 * 2 * 144 * 16 * 16) + 2 * (2 * 2 * 64 * 16 * 32),
+      'mlp': 2 * (2 * 2 * 100 * 16 * 64) + 2 * (2 * 2 * 25 * 32 * 128),
+      'head': 2 * 32 * 3,
+      'total': sum([9600 * 16, 102400, 2 * 294912 + 2 * 524288, 2 * 147456 + 2 * 131072,
+                    2 * 409600 + 2 * 409600, 192]),
+  }
+
+
+def test_swin_attention_is_linear_in_tokens():
+  config = models.get_config('Swin-T_4_7')
+  # 224 → 448px: every stage's map doubles per side and stays a multiple of the window.
+  small, large = (flops.count_flops(config, s)['attention'] for s in (224, 448))
+  assert large == 4 * small
+  vit = [flops.count_flops(models.get_config('ViT-B_16'), s)['attention'] for s in (224, 448)]
+  assert vit[1] / vit[0] == pytest.approx((785 / 197)**2)  # Quadratic.
+  # The paper's Swin-T: 4.5 G (multiply-adds) at 224px.
+  assert flops.count_flops(config, 224)['total'] / 2e9 == pytest.approx(4.49, abs=0.01)
+
+
+def test_swin_matches_xla_cost_analysis():
+  # XLA also counts the erf GELU, softmax and norms: 4.8% above the analytic count here.
+  analytic = flops.count_flops(models.get_config('Swin-T_4_7'), 224)['total']
+  assert flops.xla_flops('Swin-T_4_7', 224) == pytest.approx(analytic, rel=0.06)
+
+
+def test_sizes_table(capsys):
+  assert flops.main(['flops', '--model=ViT-B_16', '--also=Swin-B_4_7', '--sizes=224,448']) == 0
+  out = capsys.readouterr().out
+  assert 'ViT-B_16         224     196            1.431' in out
+  assert 'Swin-B_4_7       448   12544' in out
+  assert flops.main(['flops', '--sizes=224,x']) == 1
+  assert 'positive pixel counts' in capsys.readouterr().err
+
+
 def test_cli(capsys):
   assert flops.main(['flops', '--model=ViT-B_16', '--image=224']) == 0
   out = capsys.readouterr().out

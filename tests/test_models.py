@@ -13,6 +13,7 @@ from npz_fixtures import images, perturb
 from vit_jax import models
 from vit_jax import models_vit
 from vit_jax import ops
+from vit_jax import presets
 
 # Official counts for num_classes=1000 at 224px (the official models_test.py table).
 OFFICIAL_COUNTS = {
@@ -46,7 +47,21 @@ OFFICIAL_COUNTS = {
     # whose pre-activation units have 7,680 fewer norm params: 25,549,352).
     'ResNet-50_32px': 25_549_352,
     'ResNet-11_28px': 1_007_880,  # 500,010 with Fashion-MNIST's 10 classes.
+    # Swin: timm's count (sum of numel of timm.create_model(pretrained=False) on the meta device,
+    # timm 1.0): swin_{tiny,small,base,large}_patch4_window{7_224,12_384}; the small ones are
+    # timm's SwinTransformer with their fields at SWIN_SIZES (1000 classes).
+    'Swin-T_4_7': 28_288_354,
+    'Swin-S_4_7': 49_606_258,
+    'Swin-B_4_7': 87_768_224,
+    'Swin-B_4_12': 87_903_584,
+    'Swin-L_4_7': 196_532_476,
+    'Swin-L_4_12': 196_735_516,
+    'Swin-testing': 68_612,
+    'Swin-FMNIST_2_7': 696_196,  # 568,486 with Fashion-MNIST's 10 classes.
 }
+# The input side a Swin's count is for: its windows clamp (and its bias tables shrink) on maps
+# smaller than the window. The published ones: 224 for window 7, 384 for window 12.
+SWIN_SIZES = {'Swin-testing': 32, 'Swin-FMNIST_2_7': 28}
 
 
 def _layer_norm(width):
@@ -116,11 +131,38 @@ def expected_resnet_count(config, num_classes, image_size=224):
   return count + _dense(width, num_classes)
 
 
-def expected_count(name, num_classes=1000, image_size=224):
+def expected_swin_count(config, num_classes, image_size):
+  """Patch embedding + LN; per stage patch merging, blocks (q, k, v, out, bias table, MLP)."""
+  p, c = config.patches.size[0], config.embed_dim
+  side = image_size // p
+  count = p * p * 3 * c + c + _layer_norm(c)
+  for stage, (depth, heads) in enumerate(zip(config.depths, config.num_heads)):
+    if stage:
+      side = math.ceil(side / 2)
+      count += _layer_norm(4 * c) + 4 * c * 2 * c  # Merging: no bias.
+      c *= 2
+    window = min(side, config.window_size)
+    mlp = int(c * config.mlp_ratio)
+    block = (2 * _layer_norm(c) + 4 * _dense(c, c) + (2 * window - 1)**2 * heads
+             + _dense(c, mlp) + _dense(mlp, c))
+    count += depth * block
+  return count + _layer_norm(c) + _dense(c, num_classes)
+
+
+def count_size(name):
+  """The image side a preset's count is taken at (Swin: its own; the others: 224)."""
+  config = models.MODEL_CONFIGS[name]
+  if not models.is_swin(config):
+    return 224
+  return SWIN_SIZES.get(name, presets.finetune_resolution(config))
+
+
+def expected_count(name, num_classes=1000, image_size=None):
   config = models.MODEL_CONFIGS[name]
   fn = (expected_mixer_count if models.is_mixer(config) else
-        expected_resnet_count if models.is_resnet(config) else expected_vit_count)
-  return fn(config, num_classes, image_size)
+        expected_resnet_count if models.is_resnet(config) else
+        expected_swin_count if models.is_swin(config) else expected_vit_count)
+  return fn(config, num_classes, image_size or count_size(name))
 
 
 def abstract_params(model, image_size=(224, 224)):
@@ -145,7 +187,8 @@ def test_formula_matches_official_count(name):
 
 @pytest.mark.parametrize('name', sorted(models.MODEL_CONFIGS))
 def test_param_count(name):
-  params = abstract_params(models.get_model(name, num_classes=1000))
+  side = count_size(name)
+  params = abstract_params(models.get_model(name, num_classes=1000), (side, side))
   assert count(params) == expected_count(name)
   assert count(params) == OFFICIAL_COUNTS.get(name)
 

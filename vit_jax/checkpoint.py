@@ -34,6 +34,7 @@ import numpy as np
 from absl import logging
 
 from vit_jax import presets
+from vit_jax import swin_timm
 from vit_jax import timm_format
 
 Params = Dict[str, Any]
@@ -161,6 +162,9 @@ def resolve_name(path_or_name: str) -> str:
     return path_or_name
   if os.path.isdir(path_or_name):
     path = os.path.join(path_or_name, PARAMS_FILE)
+    timm_file = os.path.join(path_or_name, TIMM_WEIGHTS_FILE)  # Swin hook (see load_timm_swin).
+    if not os.path.isfile(path) and os.path.isfile(timm_file):
+      return timm_file
     if not os.path.isfile(path):
       raise CheckpointError(f'Run directory "{path_or_name}" has no {PARAMS_FILE} (a run writes '
                             'it when training ends); pass an .npz file or a finished run.')
@@ -328,6 +332,42 @@ def load_architecture(path: str, cache_dir: Optional[str] = None
                       image_size=converted.image_size, assumed=converted.assumed,
                       mean=converted.mean, std=converted.std)
   return converted.params, arch
+
+
+# Swin hook: a minimal reader of timm-format Swin weights (a hub folder's model.safetensors +
+# config.json, or a bare .safetensors) until the generic timm-format reader replaces it.
+TIMM_WEIGHTS_FILE = 'model.safetensors'
+TIMM_CONFIG_FILE = 'config.json'
+
+
+def load_timm_swin(path: str) -> Params:
+  """The Linen tree of a timm Swin `.safetensors` file (config.json beside it if present)."""
+  from safetensors import SafetensorError  # Only needed for timm-format files.
+  from safetensors.numpy import load_file
+  try:
+    state_dict = load_file(path)
+  except (SafetensorError, OSError) as e:
+    raise CheckpointError(f'{path} is not a readable .safetensors file ({e}); it may be '
+                          'truncated: download it again.') from None
+  if not swin_timm.is_swin_state_dict(state_dict):
+    raise CheckpointError(f'{path} is no timm Swin Transformer state dict; only Swin weights '
+                          'are read from .safetensors files so far.')
+  config_path = os.path.join(os.path.dirname(path), TIMM_CONFIG_FILE)
+  timm_config = None
+  if os.path.isfile(config_path):
+    try:
+      with open(config_path, encoding='utf-8') as f:
+        timm_config = json.load(f)
+    except (OSError, ValueError) as e:
+      raise CheckpointError(f'{config_path} is not readable JSON ({e}); fix or delete it.') \
+          from None
+  try:
+    params, assumed = swin_timm.params_from_timm(state_dict, timm_config)
+  except (ValueError, KeyError) as e:
+    raise CheckpointError(f'{path}: {e}') from None
+  for note in assumed:
+    logging.info('%s: assumed %s.', path, note)
+  return params
 
 
 def save(params: Mapping[str, Any], path: str,
@@ -521,7 +561,7 @@ def load_pretrained(*, pretrained_path: str, init_params: Mapping[str, Any], mod
   if not timm_format.is_timm_source(path):
     _warn_if_described_otherwise(path, model_config)
   restored = _new_heads(restored, init_params, pretrained_path, keep_head=keep_head)
-  if model_config['representation_size'] is None and 'pre_logits' in restored:
+  if model_config.get('representation_size') is None and 'pre_logits' in restored:
     logging.info('load_pretrained: dropping pre_logits (representation_size=None).')
     del restored['pre_logits']
   elif 'pre_logits' in init_params and 'pre_logits' not in restored:
@@ -530,6 +570,8 @@ def load_pretrained(*, pretrained_path: str, init_params: Mapping[str, Any], mod
   grid = grid_shape or _posemb_grid(init_params, model_config)
   if grid is not None:
     restored = fit_posemb(restored, model_config, grid)
+  if presets.is_swin(model_config):  # Another window or resolution: tables resized as timm.
+    restored = swin_timm.fit_relative_position_tables(restored, init_params)
   check_tree(restored, init_params, pretrained_path)
   return _cast_like(restored, init_params)
 
@@ -690,7 +732,7 @@ def _resnet_config(fields: Dict[str, Any], name: Optional[str]) -> Tuple[Dict[st
 
 def _complete(config: Mapping[str, Any]) -> Dict[str, Any]:
   """`config` with the defaults of its family filled in (ViTs: the official ones)."""
-  if presets.is_mixer(config) or presets.is_resnet(config):
+  if presets.is_mixer(config) or presets.is_resnet(config) or presets.is_swin(config):
     return _plain(config)
   return _full_vit(config)
 
@@ -700,6 +742,8 @@ def _family(config: Mapping[str, Any]) -> str:
     return 'ResNet'
   if presets.is_mixer(config):
     return 'Mixer'
+  if presets.is_swin(config):
+    return 'Swin'
   return 'ResNet+ViT hybrid' if config.get('resnet') else 'ViT'
 
 
@@ -736,6 +780,11 @@ def _compared_fields(config: Mapping[str, Any]) -> Tuple[Tuple[str, Any], ...]:
             ('hidden size', config['hidden_dim']), ('depth', config['num_blocks']),
             ('token-mixing MLP width', config['tokens_mlp_dim']),
             ('channel-mixing MLP width', config['channels_mlp_dim']))
+  if presets.is_swin(config):
+    return (('family', _family(config)), ('patch size', tuple(config['patches']['size'])),
+            ('embedding width', config['embed_dim']), ('blocks per stage', tuple(config['depths'])),
+            ('heads per stage', tuple(config['num_heads'])), ('window', config['window_size']),
+            ('MLP ratio', config['mlp_ratio']))
   resnet, t = config.get('resnet'), config['transformer']  # Presets without a ResNet omit it.
   fields = (('family', _family(config)),
             ('patch size', tuple(config['patches']['size'])),
@@ -780,6 +829,9 @@ def _custom_name(fields: Mapping[str, Any]) -> str:
     sizes = '-'.join(map(str, fields['stage_sizes']))
     return f'ResNet-custom-{sizes}-w{fields["width_factor"]:g}-root{fields["root_kernel"]}'
   patch = fields['patches']['size'][0]
+  if presets.is_swin(fields):
+    return (f'Swin-custom-{fields["embed_dim"]}d-{"-".join(map(str, fields["depths"]))}-'
+            f'{"-".join(map(str, fields["num_heads"]))}h-p{patch}-w{fields["window_size"]}')
   if presets.is_mixer(fields):
     return f'Mixer-custom-{fields["hidden_dim"]}d-{fields["num_blocks"]}L-p{patch}'
   t, resnet = fields['transformer'], fields.get('resnet')
@@ -808,6 +860,15 @@ def _vit_config(fields: Dict[str, Any], name: Optional[str]) -> Tuple[Dict[str, 
   return config, assumed
 
 
+def _swin_config(tree: Mapping[str, Any]) -> Dict[str, Any]:
+  """A Swin's shape-decided fields with the Swin extras' defaults."""
+  try:
+    fields = swin_timm.swin_fields(tree)
+  except (KeyError, ValueError) as e:
+    raise CheckpointError(f'an incomplete Swin checkpoint ({type(e).__name__}: {e}).') from None
+  return dict(presets.SWIN_EXTRAS, **fields)
+
+
 def architecture(params: Mapping[str, Any]) -> Architecture:
   """The model a published-format checkpoint holds, read from its shapes alone.
 
@@ -828,13 +889,20 @@ def architecture(params: Mapping[str, Any]) -> Architecture:
   elif 'conv_root' in tree and 'embedding' not in tree:
     fields, grid = _resnet_classifier_fields(tree), None
     config, assumed = _resnet_config(fields, _matching_preset(fields))
+  elif 'patch_embed' in tree and 'layers_0_blocks_0' in tree:
+    config, grid = _swin_config(tree), None
+    assumed = [f'trained at {presets.finetune_resolution(config)}px (the last stage one '
+               'window, as the published Swin weights)', 'stochastic_depth '
+               f'{config["stochastic_depth"]} (timm\'s default; training only)']
   else:
-    raise CheckpointError('not a ViT, hybrid, Mixer or ResNet checkpoint: it has none of '
+    raise CheckpointError('not a ViT, hybrid, Mixer, ResNet or Swin checkpoint: it has none of '
                           'embedding/ + Transformer/encoderblock_0/, stem/ + MixerBlock_0/, '
-                          'conv_root/ without embedding/.')
+                          'conv_root/ without embedding/, patch_embed/ + layers_0_blocks_0/.')
   config['model_name'] = _matching_preset(config) or _custom_name(config)
   stride = presets.token_stride(config)
   image_size = grid[0] * stride if grid and grid[0] == grid[1] else None
+  if presets.is_swin(config):
+    image_size = presets.finetune_resolution(config)
   return Architecture(config=ml_collections.ConfigDict(config), num_classes=num_classes,
                       grid=grid, image_size=image_size, assumed=tuple(assumed))
 
@@ -852,7 +920,7 @@ def conform(arch: Architecture, declared: Any, declared_name: str) -> Architectu
   if problem:
     raise CheckpointError(problem)
   config = _plain(declared)
-  if not (presets.is_mixer(config) or presets.is_resnet(config)):
+  if not (presets.is_mixer(config) or presets.is_resnet(config) or presets.is_swin(config)):
     config = _full_vit(config)
     found = _plain(arch.config)
     config['representation_size'] = found['representation_size']
@@ -998,6 +1066,8 @@ def timm_model_args(arch: Architecture) -> Tuple[str, Dict[str, Any]]:
   if arch.image_size:
     kwargs['img_size'] = arch.image_size
   problem = ('Mixer' if presets.is_mixer(config) else
+             'Swin (timm reads its own .safetensors, see vit_jax/swin_timm.py)'
+             if presets.is_swin(config) else
              'pre_logits' if config.representation_size is not None else
              f'posemb {config.posemb}' if config.posemb != 'learn' else
              f'classifier {config.classifier}' if config.classifier not in ('token', 'gap')

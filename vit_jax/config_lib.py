@@ -96,11 +96,13 @@ def get_config() -> ml_collections.ConfigDict:
 
 
 def with_model(config: ml_collections.ConfigDict, name: str) -> ml_collections.ConfigDict:
-  """Sets `config.model` to preset `name` (plus the off-by-default ViT or ResNet extras) and the
-  input resolution to the model's official fine-tuning one (384px, in whole tokens)."""
+  """Sets `config.model` to preset `name` (plus the ViT, ResNet or Swin extras) and the input
+  resolution to the model's official fine-tuning one (384px in whole tokens; a Swin's own)."""
   model = presets.get_config(name)
   if presets.is_resnet(model):
     model.update(presets.RESNET_EXTRAS)
+  elif presets.is_swin(model):
+    model.update(presets.SWIN_EXTRAS)
   elif not presets.is_mixer(model):
     model.update(presets.VIT_EXTRAS)
   config.model = model
@@ -158,6 +160,9 @@ def shrink(config: ml_collections.ConfigDict) -> None:
     pass
   elif presets.is_resnet(model):  # One unit per stage, GroupNorm's 32 channels at least.
     model.update(dict(stage_sizes=(1,) * len(model.stage_sizes), width_factor=.5))
+  elif presets.is_swin(model):  # A W-MSA + SW-MSA pair in the first stage, one block after.
+    stages = len(model.depths)
+    model.update(dict(embed_dim=16, depths=(2,) + (1,) * (stages - 1), num_heads=(2,) * stages))
   elif presets.is_mixer(model):
     model.update(dict(hidden_dim=16, num_blocks=1, tokens_mlp_dim=8, channels_mlp_dim=16))
   else:

@@ -1,7 +1,8 @@
-"""Analytic forward FLOPs of a ViT or hybrid preset, per image.
+"""Analytic forward FLOPs of a ViT, hybrid or Swin preset, per image.
 
   python -m vit_jax.flops --model=ViT-B_16 --image=224
   python -m vit_jax.flops --model=R50+ViT-B_16 --image=384 --xla   # also ask XLA
+  python -m vit_jax.flops --model=ViT-B_16 --also=Swin-B_4_7 --sizes=224,384,512,768,1024
 
 FLOPs are 2 × the multiply-accumulates of every matmul and convolution (attention scores and
 the attention-weighted sum included); norms, softmax, GELU and adds are left out, which is why
@@ -11,6 +12,9 @@ XLA's own count of the compiled forward is ~1% higher. ViT-B/16 at 224 (197 toke
 The table printed after the breakdown shows how the attention core (∝ depth × tokens² × width)
 and the total move when one dimension doubles: the image side or patch size changes the token
 count quadratically, so attention grows ~16× per doubled side, while width and depth are linear.
+A Swin attends within M×M windows: its attention is tokens × M² × width, linear in the tokens
+(windows are padded to whole windows, which the count includes). `--sizes` prints attention and
+total FLOPs against the image side for `--model` and the `--also` models (docs/analysis.md).
 """
 
 import math
@@ -23,7 +27,8 @@ from vit_jax import checkpoint
 from vit_jax import cli
 from vit_jax import models
 
-PARTS = ('resnet', 'patch_embedding', 'qkv_out_projections', 'attention', 'mlp', 'head')
+PARTS = ('resnet', 'patch_embedding', 'patch_merging', 'qkv_out_projections', 'attention', 'mlp',
+         'head')
 
 
 def define_flags(fv: flags.FlagValues) -> None:
@@ -32,6 +37,10 @@ def define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_integer('image', 224, 'Square image side in pixels.', flag_values=fv)
   flags.DEFINE_alias('image_size', 'image', flag_values=fv)
   flags.DEFINE_integer('num_classes', 1000, 'Outputs of the head (0: no head).', flag_values=fv)
+  flags.DEFINE_list('sizes', [], 'Image sides: print attention and total FLOPs per side for '
+                    '--model and the --also models instead of the breakdown.', flag_values=fv)
+  flags.DEFINE_list('also', [], 'More presets for the --sizes table (e.g. Swin-B_4_7).',
+                    flag_values=fv)
   flags.DEFINE_bool('xla', False, 'Also compile the forward pass (batch 1) and print XLA\'s '
                     'cost-analysis FLOPs (takes seconds to a minute).', flag_values=fv)
 
@@ -78,8 +87,10 @@ def count_flops(model_config: Any, image_size: int, num_classes: int = 1000) -> 
     num_classes: head outputs; 0 for none.
   """
   if models.is_mixer(model_config) or models.is_resnet(model_config):
-    raise ValueError('flops counts ViT and hybrid models; Mixer and ResNet presets are not '
+    raise ValueError('flops counts ViT, hybrid and Swin models; Mixer and ResNet presets are not '
                      'supported (XLA\'s cost_analysis() of the jitted forward pass counts them).')
+  if models.is_swin(model_config):
+    return swin_flops(model_config, image_size, num_classes)
   hw, channels, out = (image_size, image_size), 3, {}
   if model_config.get('resnet') is not None:
     out['resnet'], hw, channels = resnet_flops(model_config['resnet'], hw)
@@ -101,16 +112,51 @@ def count_flops(model_config: Any, image_size: int, num_classes: int = 1000) -> 
   return out
 
 
+def swin_flops(model_config: Any, image_size: int, num_classes: int = 1000) -> Dict[str, int]:
+  """`count_flops` of a Swin (`models_swin`): the same parts plus 'patch_merging'.
+
+  Per block at an (h, w) map with window (Mh, Mw) after clamping: q, k, v and out projections
+  and attention run on the map padded to whole windows (hp × wp tokens), attention is
+  2 × (2 × tokens × Mh·Mw × C), the MLP runs on the h × w tokens.
+  """
+  from vit_jax import models_swin  # Only its pure window rule; no parameters are built.
+  ph, pw = model_config['patches']['size']
+  hw = (image_size // ph, image_size // pw)
+  c = model_config['embed_dim']
+  out = dict.fromkeys(('patch_embedding', 'patch_merging', 'qkv_out_projections', 'attention',
+                       'mlp'), 0)
+  out['patch_embedding'] = conv_flops(hw, (ph, pw), 3, c)
+  for stage, depth in enumerate(model_config['depths']):
+    if stage:  # 2x2 neighbours (odd sides padded) → 4C → 2C.
+      hw = (math.ceil(hw[0] / 2), math.ceil(hw[1] / 2))
+      out['patch_merging'] += 2 * hw[0] * hw[1] * 4 * c * 2 * c
+      c *= 2
+    window, _ = models_swin.window_and_shift(hw, model_config['window_size'], 0)
+    padded = math.ceil(hw[0] / window[0]) * window[0] * math.ceil(hw[1] / window[1]) * window[1]
+    mlp = int(c * model_config['mlp_ratio'])
+    out['qkv_out_projections'] += depth * 4 * 2 * padded * c * c
+    out['attention'] += depth * 2 * (2 * padded * window[0] * window[1] * c)
+    out['mlp'] += depth * 2 * (2 * hw[0] * hw[1] * c * mlp)
+  out['head'] = 2 * c * (num_classes or 0)
+  out['total'] = sum(out.values())
+  return out
+
+
 def _variant(model_config: Any, change: str) -> Tuple[Any, int]:
   """A copy of the config with one dimension doubled, and the image-size multiplier."""
   config = models.get_config(model_config.model_name)
   config.update(model_config.to_dict())
-  if change == 'hidden size':
+  if models.is_swin(config):
+    if change == 'hidden size':
+      config.embed_dim *= 2
+    elif change == 'depth':
+      config.depths = tuple(2 * d for d in config.depths)
+  elif change == 'hidden size':
     config.hidden_size *= 2
     config.transformer.mlp_dim *= 2  # Keep the MLP ratio (4× in every preset).
-  elif change == 'patch size':
+  if change == 'patch size':
     config.patches.size = tuple(2 * p for p in config.patches.size)
-  elif change == 'depth':
+  elif change == 'depth' and not models.is_swin(config):
     config.transformer.num_layers *= 2
   return config, 2 if change == 'image side' else 1
 
@@ -168,12 +214,38 @@ def format_report(model_name: str, image_size: int, num_classes: int,
   return '\n'.join(lines)
 
 
+def size_table(model_names: Sequence[str], sizes: Sequence[int], num_classes: int = 1000) -> str:
+  """Attention and total GFLOP per image against the image side, one row per model and side.
+
+  ViTs attend over all tokens (attention ∝ tokens²); a Swin within windows (∝ tokens).
+  """
+  lines = [f'{"model":14s} {"side":>5s} {"tokens":>7s} {"attention GFLOP":>16s} '
+           f'{"x prev":>7s} {"total GFLOP":>12s} {"attention share":>16s}']
+  for name in model_names:
+    config, previous = models.get_config(name), None
+    for side in sizes:
+      flops = count_flops(config, side, num_classes)
+      grid = models.token_grid(config, (side, side)) if not models.is_swin(config) else (
+          side // config.patches.size[0], side // config.patches.size[1])
+      growth = f'{flops["attention"] / previous:7.2f}' if previous else f'{"":7s}'
+      lines.append(f'{name:14s} {side:5d} {grid[0] * grid[1]:7d} '
+                   f'{flops["attention"] / 1e9:16.3f} {growth} {flops["total"] / 1e9:12.3f} '
+                   f'{flops["attention"] / flops["total"]:16.1%}')
+      previous = flops['attention']
+  return '\n'.join(lines)
+
+
 def _run(fv: flags.FlagValues, extra: Sequence[str]) -> str:
   if extra:
     raise ValueError(f'Unexpected arguments {extra}; pass --model=NAME --image=SIZE.')
   if fv.image < 1:
     raise ValueError('--image must be a positive number of pixels.')
-  models.get_config(fv.model)  # Unknown names fail here, with the list of known ones.
+  for name in [fv.model, *fv.also]:
+    models.get_config(name)  # Unknown names fail here, with the list of known ones.
+  if fv.sizes:
+    if not all(s.isdigit() and int(s) > 0 for s in fv.sizes):
+      raise ValueError(f'--sizes must be positive pixel counts, got {",".join(fv.sizes)}.')
+    return size_table([fv.model, *fv.also], [int(s) for s in fv.sizes], fv.num_classes)
   xla = xla_flops(fv.model, fv.image, fv.num_classes) if fv.xla else None
   return format_report(fv.model, fv.image, fv.num_classes, xla)
 

@@ -10,12 +10,14 @@ import jax.numpy as jnp
 
 from vit_jax.models_mixer import MlpMixer
 from vit_jax.models_resnet import ResNet
+from vit_jax.models_swin import SwinTransformer
 from vit_jax.models_vit import VisionTransformer
 from vit_jax.presets import (AUGREG_CONFIGS, MODEL_CONFIGS, get_config, is_mixer, is_resnet,
-                             token_grid)
+                             is_swin, token_grid)
 
 __all__ = ['MODEL_CONFIGS', 'AUGREG_CONFIGS', 'VisionTransformer', 'MlpMixer', 'ResNet',
-           'get_model', 'get_config', 'is_mixer', 'is_resnet', 'token_grid']
+           'SwinTransformer', 'get_model', 'get_config', 'is_mixer', 'is_resnet', 'is_swin',
+           'token_grid']
 
 
 def get_model(name_or_config: Any, **kwargs: Any):
@@ -26,5 +28,6 @@ def get_model(name_or_config: Any, **kwargs: Any):
   for key in ('dtype', 'param_dtype'):
     if isinstance(fields.get(key), str):  # Configs spell dtypes as strings ('bfloat16').
       fields[key] = jnp.dtype(fields[key])
-  cls = MlpMixer if is_mixer(fields) else ResNet if is_resnet(fields) else VisionTransformer
+  cls = (MlpMixer if is_mixer(fields) else ResNet if is_resnet(fields) else
+         SwinTransformer if is_swin(fields) else VisionTransformer)
   return cls(**fields)

@@ -41,9 +41,21 @@ RESNET_EXTRAS = dict(
     dtype='float32',  # Compute dtype; 'bfloat16' for accelerators (params stay float32).
 )
 
+# The same for Swin presets: timm's default drop-path rate (its published configs fine-tune
+# with 0.1-0.2) and the compute dtype.
+SWIN_EXTRAS = dict(
+    stochastic_depth=0.1,  # Drop-path rate of the last block, linear from 0; 0 = off.
+    dtype='float32',  # Compute dtype; 'bfloat16' for accelerators (params stay float32).
+)
+
 
 def is_mixer(model_config: Any) -> bool:
   return 'hidden_dim' in model_config
+
+
+def is_swin(model_config: Any) -> bool:
+  """A Swin Transformer (`models_swin.SwinTransformer`)."""
+  return 'window_size' in model_config
 
 
 def is_resnet(model_config: Any) -> bool:
@@ -84,10 +96,18 @@ def _resnet(name: str, stage_sizes: Sequence[int], width_factor: float, *, root_
       root_kernel=root_kernel, root_stride=root_stride, root_pool=root_pool))
 
 
+def _swin(name: str, patch: int, embed_dim: int, depths: Sequence[int], heads: Sequence[int],
+          window: int) -> ml_collections.ConfigDict:
+  return ml_collections.ConfigDict(dict(
+      model_name=name, patches=ml_collections.ConfigDict({'size': (patch, patch)}),
+      embed_dim=embed_dim, depths=tuple(depths), num_heads=tuple(heads), window_size=window,
+      mlp_ratio=4.))
+
+
 def _register(config: ml_collections.ConfigDict) -> None:
   name = config.model_name
   MODEL_CONFIGS[name] = config.lock()
-  if not is_resnet(config) and 'Mixer' not in name and name not in _NO_AUGREG:
+  if not (is_resnet(config) or is_swin(config)) and 'Mixer' not in name and name not in _NO_AUGREG:
     AUGREG_CONFIGS[name.replace('ViT-', '').replace('+', '_')] = config
 
 
@@ -130,6 +150,20 @@ for _config in (
     # 32 channels). 0.50M params and 37 MFLOPs at 28px (XLA's count) against ViT-FMNIST_7's
     # 0.55M and 19 MFLOPs (configs/fashion_mnist_quickstart.py).
     _resnet('ResNet-11_28px', (1, 1, 1), 0.5, root_kernel=3, root_stride=1),
+    # Swin (Liu et al. 2021, timm's swin_*_patch4_window{7_224,12_384}): name_patch_window.
+    # The window divides the last stage exactly at the published resolution (224/32 = 7,
+    # 384/32 = 12), which `finetune_resolution` returns.
+    _swin('Swin-T_4_7', 4, 96, (2, 2, 6, 2), (3, 6, 12, 24), 7),
+    _swin('Swin-S_4_7', 4, 96, (2, 2, 18, 2), (3, 6, 12, 24), 7),
+    _swin('Swin-B_4_7', 4, 128, (2, 2, 18, 2), (4, 8, 16, 32), 7),
+    _swin('Swin-B_4_12', 4, 128, (2, 2, 18, 2), (4, 8, 16, 32), 12),
+    _swin('Swin-L_4_7', 4, 192, (2, 2, 18, 2), (6, 12, 24, 48), 7),
+    _swin('Swin-L_4_12', 4, 192, (2, 2, 18, 2), (6, 12, 24, 48), 12),
+    # Tests: 32px → an 8x8 grid of 2x2 windows of 4 (W-MSA + SW-MSA), then 4x4 (one window).
+    _swin('Swin-testing', 4, 16, (2, 2), (2, 4), 4),
+    # Fashion-MNIST at 28px: 2x2 patches → 14x14 (2x2 windows of 7, shifted in every other
+    # block), 7x7 (one window), 4x4; widths 32/64/128, about the study ViT's 0.55M parameters.
+    _swin('Swin-FMNIST_2_7', 2, 32, (2, 2, 2), (2, 4, 8), 7),
 ):
   _register(_config)
 
@@ -145,9 +179,15 @@ def get_config(name: str) -> ml_collections.ConfigDict:
 def token_grid(model_config: Any, image_size: Sequence[int]) -> Tuple[int, int]:
   """The (rows, cols) grid of patch tokens for an image of `image_size` (height, width).
 
-  For a plain ResNet: the grid of its last feature map (it has no tokens or position embeddings).
+  For a plain ResNet or a Swin: the grid of its last feature map.
   """
   h, w = image_size
+  if is_swin(model_config):  # Patch embedding, then 2x per later stage (odd sides padded).
+    ph, pw = model_config['patches']['size']
+    h, w = h // ph, w // pw
+    for _ in range(len(model_config['depths']) - 1):
+      h, w = math.ceil(h / 2), math.ceil(w / 2)
+    return h, w
   if is_resnet(model_config):
     # SAME padding throughout: the root conv, the 3x3/2 pool, then 2x per stage after the 1st.
     strides = [model_config['root_stride']] + [2] * (
@@ -171,6 +211,8 @@ def token_stride(model_config: Any) -> int:
     downscaling = bool(model_config['root_pool']) + max(len(model_config['stage_sizes']) - 1, 0)
     return model_config['root_stride'] * 2**downscaling
   patch = model_config['patches']['size'][0]
+  if is_swin(model_config):  # Patch merging halves the grid at every stage after the first.
+    return patch * 2**(len(model_config['depths']) - 1)
   resnet = None if is_mixer(model_config) else model_config.get('resnet')
   if resnet is None:
     return patch
@@ -181,5 +223,7 @@ def finetune_resolution(model_config: Any, target: int = 384) -> int:
   """The official fine-tuning resolution (384px) rounded up to whole tokens (392 for /14)."""
   if is_resnet(model_config):
     return target  # Any size works: SAME padding and global average pooling.
+  if is_swin(model_config):  # Its published resolution: the last stage is one window.
+    return model_config['window_size'] * token_stride(model_config)
   stride = token_stride(model_config)
   return -(-target // stride) * stride
