@@ -178,19 +178,6 @@ def write_npz(model_config, path, num_classes, image_size):
   checkpoint.save(jax.device_get(params), path)
 
 
-def write_timm_folder(model_config, folder, num_classes, image_size):
-  """A timm hub folder (model.safetensors + config.json) of random Swin weights."""
-  from safetensors.numpy import save_file
-  os.makedirs(folder, exist_ok=True)
-  save_file(timm_swin_state_dict(model_config, num_classes, image_size),
-            os.path.join(folder, 'model.safetensors'))
-  with open(os.path.join(folder, 'config.json'), 'w') as f:
-    json.dump({'architecture': 'swin_tiny_patch4_window7_224', 'num_classes': num_classes,
-               'pretrained_cfg': {'input_size': [3, image_size, image_size],
-                                  'mean': [0.485, 0.456, 0.406], 'std': [0.229, 0.224, 0.225]}},
-              f)
-
-
 def config_of(command, work):
   """The experiment config `command` runs (its --config file with the overrides it names)."""
   args = shlex.split(command)
@@ -223,16 +210,31 @@ def place_pretrained(command, work):
     local = checkpoint.cache_path(path, str(work / 'cache')) if checkpoint.is_remote(path) else path
     os.makedirs(os.path.dirname(local), exist_ok=True)
     if models.is_swin(stage.model) and not local.endswith('.npz'):  # timm's hub folder.
-      write_timm_folder(stage.model, local, 10, stage.pp.crop)
+      write_timm_folder(local, swin_model=stage.model, image_size=stage.pp.crop)
     else:
       write_npz(stage.model, local, 10, stage.pp.crop)
 
 
-def write_timm_folder(folder):
-  """A tiny timm hub folder in the style its name says (CLIP: norm_pre, no patch bias, eps
-  1e-5; else DINOv2: LayerScale, exact GELU), written by vit_jax's own timm export."""
+def write_timm_folder(folder, swin_model=None, image_size=None):
+  """A tiny timm hub folder (model.safetensors + config.json) for a documented command.
+
+  With `swin_model`: random weights of that Swin config in timm's layout (10 classes, at
+  `image_size`). Else a ViT in the style the folder's name says (CLIP: norm_pre, no patch
+  bias, eps 1e-5; else DINOv2: LayerScale, exact GELU), written by vit_jax's own timm export.
+  """
+  from safetensors.numpy import save_file
   from vit_jax import presets
   from vit_jax import timm_format
+  if swin_model is not None:
+    os.makedirs(folder, exist_ok=True)
+    save_file(timm_swin_state_dict(swin_model, 10, image_size),
+              os.path.join(folder, 'model.safetensors'))
+    with open(os.path.join(folder, 'config.json'), 'w') as f:
+      json.dump({'architecture': 'swin_tiny_patch4_window7_224', 'num_classes': 10,
+                 'pretrained_cfg': {'input_size': [3, image_size, image_size],
+                                    'mean': [0.485, 0.456, 0.406],
+                                    'std': [0.229, 0.224, 0.225]}}, f)
+    return
   clip = 'clip' in os.path.basename(folder)
   config = dict(presets.VIT_EXTRAS, model_name=os.path.basename(folder).split('.')[0],
                 patches={'size': (16, 16) if clip else (14, 14)}, hidden_size=32,

@@ -9,6 +9,7 @@ after TensorFlow crashes the interpreter, see test_timm_interop.py).
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -18,7 +19,6 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 from PIL import Image
-from safetensors.numpy import load_file
 
 from vit_jax import checkpoint
 from vit_jax import config_lib
@@ -28,6 +28,7 @@ from vit_jax import models_swin
 from vit_jax import parallel
 from vit_jax import predict
 from vit_jax import swin_timm
+from vit_jax import timm_format
 from vit_jax import train
 
 # Swin-testing's fields as timm keyword arguments (timm's SwinTransformer accepts them all).
@@ -113,9 +114,13 @@ def random_images(n, size, seed=0):
 
 
 def convert_folder(folder):
-  with open(folder / 'config.json') as f:
-    config = json.load(f)
-  return swin_timm.convert(load_file(str(folder / 'model.safetensors')), config)
+  """The folder through the one timm-format reader: a `timm_format.Converted`."""
+  return timm_format.load(str(folder))
+
+
+def timm_input(x, mean=swin_timm.IMAGENET_MEAN, std=swin_timm.IMAGENET_STD):
+  """[-1, 1] images → the tensor timm's script feeds its model ((x01 - mean) / std)."""
+  return ((((x + 1) / 2) - np.asarray(mean)) / np.asarray(std)).astype(np.float32)
 
 
 def apply(model, params, x):
@@ -129,14 +134,16 @@ def apply(model, params, x):
 def test_logits_equal_timm(tmp_path, timm_name, preset, size, batch):
   x = random_images(batch, size)
   facts, theirs = timm_hub_folder(tmp_path, timm_name, dict(num_classes=10), x, tanh=True)
-  params, fields, assumed = convert_folder(tmp_path)
-  assert not any('normalisation' in a for a in assumed)  # config.json has mean/std.
-  assert fields['image_size'] == size and fields['num_classes'] == 10
+  converted = convert_folder(tmp_path)
+  params, fields = converted.params, converted.model_config
+  assert not any('mean' in a for a in converted.assumed)  # config.json has mean/std.
+  assert (converted.mean, converted.std) == (swin_timm.IMAGENET_MEAN, swin_timm.IMAGENET_STD)
+  assert converted.image_size == size and converted.num_classes == 10
   config = models.get_config(preset)
-  assert {k: fields[k] for k in config if k != 'model_name'} == {
-      k: v for k, v in config.to_dict().items() if k != 'model_name'}
+  assert {k: fields[k] for k in config} == config.to_dict()  # model_name included.
   assert sum(a.size for a in jax.tree.leaves(params)) == facts['num_params']
-  ours = apply(models.get_model(preset, num_classes=10), params, x)
+  # Both sides get the same normalised tensor (the weights carry timm's mean/std, unfolded).
+  ours = apply(models.get_model(preset, num_classes=10), params, timm_input(x))
   gap = np.abs(np.load(tmp_path / 'logits_tanh.npy') - theirs).max()
   error = np.abs(ours - theirs).max()
   assert np.abs(theirs).max() > 0.1
@@ -234,7 +241,7 @@ def test_new_window_at_finetuning_gives_timms_logits(tiny_hub):
   # Weights trained with window 4 at 32px, fine-tuned with window 6 at 48px: timm resizes the
   # tables on loading (checkpoint_filter_fn); we do in `fit_relative_position_tables`.
   x, facts = tiny_hub['images_resized'], tiny_hub['facts']
-  params, _, _ = convert_folder(tiny_hub['folder'])
+  params = convert_folder(tiny_hub['folder']).params
   model = models.get_model('Swin-testing', num_classes=5, window_size=6)
   like = jax.eval_shape(lambda: model.init(jax.random.key(0), x, train=False))['params']
   fitted = swin_timm.fit_relative_position_tables(params, like)
@@ -242,7 +249,8 @@ def test_new_window_at_finetuning_gives_timms_logits(tiny_hub):
             for s in range(2) for b in range(2)]
   assert tables == facts['resized_tables'] == [[121, 2]] * 2 + [[121, 4]] * 2
   checkpoint.check_tree(fitted, like, 'fitted')
-  np.testing.assert_allclose(apply(model, fitted, x), tiny_hub['logits_resized'], atol=5e-5)
+  np.testing.assert_allclose(apply(model, fitted, timm_input(x)), tiny_hub['logits_resized'],
+                             atol=5e-5)
 
 
 def test_official_layout_and_detection():
@@ -267,13 +275,15 @@ def test_official_layout_and_detection():
     swin_timm.convert({'patch_embed.proj.weight': np.zeros((16, 3, 4, 4))})
 
 
-def test_hub_folder_predicts_with_no_model_flag(tmp_path, tiny_hub, capsys):
+def test_hub_folder_predicts_with_no_model_flag(tmp_path, tiny_hub, capsys, monkeypatch):
   """The user's path: `predict --checkpoint=<timm hub folder>` reads the model from the file."""
   x, theirs = tiny_hub['images'], tiny_hub['logits']
   loaded = features.load_model(str(tiny_hub['folder']))
   assert loaded.config.model_name == 'Swin-testing' and loaded.num_classes == 5
   assert loaded.image_size == 32
-  np.testing.assert_allclose(apply(loaded.model, loaded.params, x), theirs, atol=5e-5)
+  assert (loaded.mean, loaded.std) == (swin_timm.IMAGENET_MEAN, swin_timm.IMAGENET_STD)
+  np.testing.assert_allclose(apply(loaded.model, loaded.params, timm_input(x)), theirs,
+                             atol=5e-5)
   # The command line: `python -m vit_jax.predict --checkpoint=FOLDER image.png`, top class
   # = the argmax of the model on the PNG's 8-bit pixels.
   pixels = np.round((x[0] + 1) * 127.5)
@@ -281,7 +291,7 @@ def test_hub_folder_predicts_with_no_model_flag(tmp_path, tiny_hub, capsys):
   assert predict.main(['predict', f'--checkpoint={tiny_hub["folder"]}', '--json',
                        str(tmp_path / 'image.png')]) == 0
   result = json.loads(capsys.readouterr().out)['results'][0]
-  quantised = loaded.model.apply({'params': loaded.params}, (pixels / 127.5 - 1)[None],
+  quantised = loaded.model.apply({'params': loaded.params}, timm_input(pixels / 127.5 - 1)[None],
                                  train=False)
   assert result['predictions'][0]['index'] == int(np.argmax(quantised))
   # A bare .safetensors file (no config.json beside it): ImageNet mean/std are assumed, as
@@ -290,17 +300,41 @@ def test_hub_folder_predicts_with_no_model_flag(tmp_path, tiny_hub, capsys):
   bare.mkdir()
   os.link(tiny_hub['folder'] / 'model.safetensors', bare / 'weights.safetensors')
   loaded = features.load_model(str(bare / 'weights.safetensors'))
-  np.testing.assert_allclose(apply(loaded.model, loaded.params, x), theirs, atol=5e-5)
+  assert any('timm\'s Swin default' in a for a in loaded.assumed)
+  np.testing.assert_allclose(apply(loaded.model, loaded.params, timm_input(x)), theirs,
+                             atol=5e-5)
+  # And a hub name, through huggingface_hub's cache with networking off.
+  _place_in_hub_cache(tmp_path / 'hf', 'tiny_swin', tiny_hub['folder'], monkeypatch)
+  loaded = features.load_model('hf-hub:timm/tiny_swin')
+  assert loaded.config.model_name == 'Swin-testing'
+  np.testing.assert_allclose(apply(loaded.model, loaded.params, timm_input(x)), theirs,
+                             atol=5e-5)
+
+
+def _place_in_hub_cache(home, name, folder, monkeypatch):
+  """`folder`'s files as huggingface_hub's cached timm/<name>, offline mode on."""
+  import huggingface_hub.constants
+  repo = home / 'hub' / f'models--timm--{name}'
+  snapshot = repo / 'snapshots' / ('a' * 40)
+  snapshot.mkdir(parents=True)
+  for filename in ('model.safetensors', 'config.json'):
+    shutil.copy(folder / filename, snapshot / filename)
+  (repo / 'refs').mkdir()
+  (repo / 'refs' / 'main').write_text('a' * 40)
+  monkeypatch.setenv('HF_HOME', str(home))
+  monkeypatch.setenv('HF_HUB_OFFLINE', '1')
+  monkeypatch.setattr(huggingface_hub.constants, 'HF_HUB_CACHE', str(home / 'hub'))
+  monkeypatch.setattr(huggingface_hub.constants, 'HF_HUB_OFFLINE', True)
 
 
 def test_not_a_swin_safetensors_is_one_clear_line(tmp_path):
   from safetensors.numpy import save_file
   save_file({'blocks.0.attn.qkv.weight': np.zeros((6, 2), np.float32)},
             str(tmp_path / 'model.safetensors'))
-  with pytest.raises(checkpoint.CheckpointError, match='no timm Swin Transformer state dict'):
+  with pytest.raises(checkpoint.CheckpointError, match='is not supported: it needs parameters'):
     features.load_model(str(tmp_path))
   (tmp_path / 'cut.safetensors').write_bytes(b'\x10\x00\x00')
-  with pytest.raises(checkpoint.CheckpointError, match='not a readable .safetensors'):
+  with pytest.raises(checkpoint.CheckpointError, match='not a readable safetensors'):
     features.load_model(str(tmp_path / 'cut.safetensors'))
 
 
@@ -367,10 +401,13 @@ def test_same_step_on_1_and_4_devices():
 def test_finetune_from_a_timm_hub_folder(tmp_path, mock_cifar10, tiny_hub):
   """`--config.pretrained_path=<hub folder>`: timm's weights start the run, with a new head."""
   folder = tiny_hub['folder']
-  converted, _, _ = convert_folder(folder)
+  converted = convert_folder(folder).params
   workdir = tmp_path / 'run'
   config = make_config(pretrained_path=str(folder), base_lr=0., weight_decay=0., optim='adamw')
   train.train_and_evaluate(config, str(workdir))
+  # Trained on timm's ImageNet normalisation (config.json's), and the run says so to predict.
+  run = features.load_model(str(workdir))
+  assert (run.mean, run.std) == (swin_timm.IMAGENET_MEAN, swin_timm.IMAGENET_STD)
   params = checkpoint.load(str(workdir / 'params.npz'))
   assert params['head']['kernel'].shape == (32, 10)  # CIFAR-10's new head (zero-init).
   del converted['head']

@@ -162,9 +162,6 @@ def resolve_name(path_or_name: str) -> str:
     return path_or_name
   if os.path.isdir(path_or_name):
     path = os.path.join(path_or_name, PARAMS_FILE)
-    timm_file = os.path.join(path_or_name, TIMM_WEIGHTS_FILE)  # Swin hook (see load_timm_swin).
-    if not os.path.isfile(path) and os.path.isfile(timm_file):
-      return timm_file
     if not os.path.isfile(path):
       raise CheckpointError(f'Run directory "{path_or_name}" has no {PARAMS_FILE} (a run writes '
                             'it when training ends); pass an .npz file or a finished run.')
@@ -332,42 +329,6 @@ def load_architecture(path: str, cache_dir: Optional[str] = None
                       image_size=converted.image_size, assumed=converted.assumed,
                       mean=converted.mean, std=converted.std)
   return converted.params, arch
-
-
-# Swin hook: a minimal reader of timm-format Swin weights (a hub folder's model.safetensors +
-# config.json, or a bare .safetensors) until the generic timm-format reader replaces it.
-TIMM_WEIGHTS_FILE = 'model.safetensors'
-TIMM_CONFIG_FILE = 'config.json'
-
-
-def load_timm_swin(path: str) -> Params:
-  """The Linen tree of a timm Swin `.safetensors` file (config.json beside it if present)."""
-  from safetensors import SafetensorError  # Only needed for timm-format files.
-  from safetensors.numpy import load_file
-  try:
-    state_dict = load_file(path)
-  except (SafetensorError, OSError) as e:
-    raise CheckpointError(f'{path} is not a readable .safetensors file ({e}); it may be '
-                          'truncated: download it again.') from None
-  if not swin_timm.is_swin_state_dict(state_dict):
-    raise CheckpointError(f'{path} is no timm Swin Transformer state dict; only Swin weights '
-                          'are read from .safetensors files so far.')
-  config_path = os.path.join(os.path.dirname(path), TIMM_CONFIG_FILE)
-  timm_config = None
-  if os.path.isfile(config_path):
-    try:
-      with open(config_path, encoding='utf-8') as f:
-        timm_config = json.load(f)
-    except (OSError, ValueError) as e:
-      raise CheckpointError(f'{config_path} is not readable JSON ({e}); fix or delete it.') \
-          from None
-  try:
-    params, assumed = swin_timm.params_from_timm(state_dict, timm_config)
-  except (ValueError, KeyError) as e:
-    raise CheckpointError(f'{path}: {e}') from None
-  for note in assumed:
-    logging.info('%s: assumed %s.', path, note)
-  return params
 
 
 def save(params: Mapping[str, Any], path: str,
@@ -965,7 +926,8 @@ def embedded_metadata(path: str) -> Optional[Dict[str, Any]]:
 
 
 def describe_run(*, model_config: Any, image_size: int, class_names: Optional[Sequence[str]],
-                 dataset: str, **extra: Any) -> Dict[str, Any]:
+                 dataset: str, mean: Sequence[float] = timm_format.OFFICIAL_MEAN,
+                 std: Sequence[float] = timm_format.OFFICIAL_STD, **extra: Any) -> Dict[str, Any]:
   """What a user needs of a run without its config: the content of `metadata.json`.
 
   Args:
@@ -973,6 +935,8 @@ def describe_run(*, model_config: Any, image_size: int, class_names: Optional[Se
     image_size: the square input side it evaluates at.
     class_names: label names of the head's outputs (None if the dataset has none).
     dataset: the dataset name or folder.
+    mean: per-channel mean of the [0, 1] input the run trained on (`config.pp.mean`).
+    std: per-channel std of the same (`config.pp.std`).
     **extra: more facts (step, accuracy, num_classes when there are no class names, ...).
 
   Returns:
@@ -983,11 +947,43 @@ def describe_run(*, model_config: Any, image_size: int, class_names: Optional[Se
       num_classes=len(class_names) if class_names else extra.pop('num_classes', None),
       image_size=int(image_size), class_names=list(class_names) if class_names else None,
       dataset=dataset,
-      preprocessing=dict(decode='RGB, 3 channels', resize='bilinear, whole image (no crop, no '
-                         'antialias)', size=[int(image_size)] * 2, scale='x / 127.5 - 1',
-                         value_range=[-1., 1.]))
+      preprocessing=_preprocessing(image_size, mean, std))
   data.update(extra)
   return data
+
+
+def _preprocessing(image_size: int, mean: Sequence[float], std: Sequence[float]
+                   ) -> Dict[str, Any]:
+  """metadata.json's `preprocessing`: what predict/analyze apply to a file for this run."""
+  mean, std = [float(m) for m in mean], [float(s) for s in std]
+  official = (tuple(mean), tuple(std)) == (timm_format.OFFICIAL_MEAN, timm_format.OFFICIAL_STD)
+  low = [(0. - m) / s for m, s in zip(mean, std)]
+  high = [(1. - m) / s for m, s in zip(mean, std)]
+  return dict(decode='RGB, 3 channels', resize='bilinear, whole image (no crop, no antialias)',
+              size=[int(image_size)] * 2,
+              scale='x / 127.5 - 1' if official else '(x / 255 - mean) / std per channel',
+              value_range=[-1., 1.] if official else [min(low), max(high)], mean=mean, std=std)
+
+
+def input_normalization(path: str) -> Tuple[Tuple[float, ...], Tuple[float, ...]]:
+  """(mean, std) of the [0, 1] input a checkpoint's weights expect: a timm file's (config.json,
+  else its family's default), a run's (its description), else the official 0.5/0.5."""
+  if timm_format.is_timm_source(path):
+    try:
+      return timm_format.input_normalization(path)
+    except timm_format.TimmFormatError as e:
+      raise CheckpointError(str(e)) from None
+  return run_normalization(read_metadata(path)) or (timm_format.OFFICIAL_MEAN,
+                                                    timm_format.OFFICIAL_STD)
+
+
+def run_normalization(metadata: Optional[Mapping[str, Any]]
+                      ) -> Optional[Tuple[Tuple[float, ...], Tuple[float, ...]]]:
+  """(mean, std) a run's description records, or None (older runs: the official 0.5/0.5)."""
+  pp = (metadata or {}).get('preprocessing') or {}
+  if pp.get('mean') is None or pp.get('std') is None:
+    return None
+  return tuple(float(m) for m in pp['mean']), tuple(float(s) for s in pp['std'])
 
 
 def write_metadata(directory: str, **description: Any) -> str:

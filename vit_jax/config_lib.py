@@ -10,6 +10,7 @@ from ml_collections import config_dict
 
 from vit_jax import checkpoint
 from vit_jax import presets
+from vit_jax import timm_format
 
 # Fine-tuning presets of the official repo (a slice of train is held out as in the paper). The
 # input resolution is the model's (see `with_model`), not the dataset's: small images are
@@ -48,6 +49,11 @@ def get_config() -> ml_collections.ConfigDict:
   c.pp.area_min = 0.05  # Smallest crop area of the 'inception' crop (official: 5%).
   c.pp.randaug = ml_collections.ConfigDict(dict(num_layers=0, magnitude=10))  # 0 layers = off.
   c.pp.random_erase = 0.  # Random-erasing probability (a noise rectangle, Zhong et al.); 0 = off.
+  # Input normalisation (x / 255 - mean) / std per RGB channel; 0.5/0.5 is the official
+  # x / 127.5 - 1. Left at this default, a timm checkpoint's own values (its config.json's, e.g.
+  # CLIP's or ImageNet's) replace it when fine-tuning from one; any other value is kept.
+  c.pp.mean = timm_format.OFFICIAL_MEAN
+  c.pp.std = timm_format.OFFICIAL_STD
   c.mixup = 0.  # Mixup alpha over the global batch, in the train step; 0 = off (official).
   c.pretrained_dir = checkpoint.DEFAULT_PRETRAINED_DIR  # Folder/bucket of <model_name>.npz.
   c.pretrained_path = ''  # Explicit .npz (local, gs:// or https://); wins over pretrained_dir.

@@ -320,10 +320,13 @@ def load_model(checkpoint_path: str, model: Optional[str] = None,
   expected = jax.eval_shape(
       lambda: net.init(jax.random.key(0), jnp.zeros((1, image_size, image_size, 3)),
                        train=False))['params']
+  if models.is_swin(config):  # Another input size can clamp a stage's window: tables resized.
+    params = checkpoint.swin_timm.fit_relative_position_tables(params, expected)
   checkpoint.check_tree(params, expected, checkpoint_path)
   head_is_zero = bool(arch.num_classes) and not np.any(params['head']['kernel'])
   names = (metadata or {}).get('class_names')
+  mean, std = checkpoint.run_normalization(metadata) or (arch.mean, arch.std)
   return LoadedModel(model=net, params=params, config=config, image_size=image_size,
                      num_classes=arch.num_classes, head_is_zero=head_is_zero,
                      source=checkpoint_path, class_names=tuple(names) if names else None,
-                     assumed=tuple(assumed), mean=tuple(arch.mean), std=tuple(arch.std))
+                     assumed=tuple(assumed), mean=tuple(mean), std=tuple(std))

@@ -36,7 +36,7 @@ import socket
 import threading
 import types
 import urllib.parse
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import jax
 import numpy as np
@@ -45,6 +45,7 @@ import tensorflow_datasets as tfds
 from absl import logging
 from vit_jax import fashion_mnist
 from vit_jax import randaugment
+from vit_jax import timm_format
 
 Batch = Dict[str, np.ndarray]
 
@@ -313,6 +314,7 @@ def get_eval_data(config: Any) -> EvalData:
   if num_batches == 0:
     raise ValueError(f'Eval split {config.pp.test!r} is empty; check config.pp.test.')
   crop, num_classes = _crop(config), len(source.class_names)
+  normalize = make_normalize(config.pp.mean, config.pp.std)
 
   def preprocess(example):
     data = split.read(example['image'])
@@ -321,7 +323,7 @@ def get_eval_data(config: Any) -> EvalData:
       image = tf.cond(ok, lambda: _resize(_decode(data), crop), lambda: tf.zeros([crop, crop, 3]))
     else:
       ok, image = tf.constant(True), _resize(_decode(data), crop)
-    return {'image': _normalize(image), 'label': tf.one_hot(example['label'], num_classes),
+    return {'image': normalize(image), 'label': tf.one_hot(example['label'], num_classes),
             'mask': tf.cast(ok, tf.float32)}
 
   padding = {'image': tf.zeros([crop, crop, 3]), 'label': tf.zeros([num_classes]),
@@ -794,8 +796,25 @@ def _resize(image: tf.Tensor, size: int) -> tf.Tensor:
   return tf.image.resize(image, [size, size], method='bilinear')
 
 
-def _normalize(image: tf.Tensor) -> tf.Tensor:
-  return tf.cast(image, tf.float32) / 127.5 - 1.
+def is_official_normalization(mean: Sequence[float], std: Sequence[float]) -> bool:
+  return tuple(mean) == timm_format.OFFICIAL_MEAN and tuple(std) == timm_format.OFFICIAL_STD
+
+
+def make_normalize(mean: Sequence[float], std: Sequence[float]
+                   ) -> Callable[[tf.Tensor], tf.Tensor]:
+  """uint8-valued image → float32 model input, (x / 255 - mean) / std per channel.
+
+  The official 0.5/0.5 keeps its exact float32 arithmetic `x / 127.5 - 1` (default runs are
+  bit-identical to before); `features.preprocess` does the same on a file, so predictions on a
+  file match eval on it.
+  """
+  if len(mean) != 3 or len(std) != 3 or not all(s > 0 for s in std):
+    raise ValueError(f'config.pp.mean={tuple(mean)} / pp.std={tuple(std)} must be 3 values (RGB) '
+                     'each, std > 0, e.g. --config.pp.mean="(0.485, 0.456, 0.406)".')
+  if is_official_normalization(mean, std):
+    return lambda image: tf.cast(image, tf.float32) / 127.5 - 1.
+  mean32, std32 = tf.constant(mean, tf.float32), tf.constant(std, tf.float32)
+  return lambda image: (tf.cast(image, tf.float32) / 255. - mean32) / std32
 
 
 def _make_train_preprocess(config: Any, num_classes: int) -> Callable[
@@ -816,6 +835,7 @@ def _make_train_preprocess(config: Any, num_classes: int) -> Callable[
   erase = float(config.pp.random_erase)
   if not 0 <= erase <= 1:
     raise ValueError(f'config.pp.random_erase={erase} must be a probability in [0, 1] (0 = off).')
+  normalize = make_normalize(config.pp.mean, config.pp.std)
 
   def preprocess(example, seed):
     crop_seed, flip_seed, randaug_seed = tf.unstack(
@@ -833,7 +853,7 @@ def _make_train_preprocess(config: Any, num_classes: int) -> Callable[
       image = randaugment.randaugment(image, num_layers, magnitude, randaug_seed)
     if erase:  # Its own fold of the seed: the other augmentations' streams stay as they were.
       image = random_erase(image, erase, tf.random.experimental.stateless_fold_in(seed, 3))
-    return {'image': _normalize(image), 'label': tf.one_hot(example['label'], num_classes)}
+    return {'image': normalize(image), 'label': tf.one_hot(example['label'], num_classes)}
 
   return preprocess
 

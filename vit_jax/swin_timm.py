@@ -6,11 +6,11 @@ Input: a timm state dict of numpy arrays (`safetensors.numpy.load_file`, or torc
 accepted too, as timm's `checkpoint_filter_fn` accepts it.
 
 The conversion is exact: qkv splits by rows [3, heads, head_dim] into query/key/value, the
-output projection's input index is head-major, Linear weights transpose, and timm's input
-normalisation ((x - mean) / std on [0, 1] pixels) folds into the patch embedding, whose 4x4
-stride-4 VALID convolution is linear without padding, so the model takes this repo's [-1, 1]
-inputs and gives timm's logits. Relative-position tables of another window size are resized
-as timm resizes them (`resize_relative_position_bias_table`).
+output projection's input index is head-major, Linear weights transpose. The weights keep
+timm's input normalisation ((x - mean) / std on [0, 1] pixels, `normalization`): it travels
+beside them as for every timm family (`timm_format.Converted.mean/std`), and the input
+pipeline, predict and analyze apply it. Relative-position tables of another window size are
+resized as timm resizes them (`resize_relative_position_bias_table`).
 """
 
 import math
@@ -102,41 +102,26 @@ def _block(sd: Mapping[str, np.ndarray], prefix: str) -> Params:
           'fc2': _dense(sd, f'{prefix}.mlp.fc2')}
 
 
-def fold_normalization(kernel: np.ndarray, bias: np.ndarray, mean: Sequence[float],
-                       std: Sequence[float]) -> Tuple[np.ndarray, np.ndarray]:
-  """A patch-embedding conv on timm's inputs ((x01 - mean) / std) → the same on x in [-1, 1].
-
-  x01 = (x + 1) / 2, so W·((x + 1) / 2 - mean) / std = (W / 2std)·x + W·(0.5 - mean) / std:
-  exact for a VALID convolution (every output sees whole patches, no zero padding).
-  """
-  mean, std = np.asarray(mean, np.float64), np.asarray(std, np.float64)
-  k = kernel.astype(np.float64)  # (p, p, in, out)
-  folded = k / (2 * std)[None, None, :, None]
-  shift = np.einsum('hwio,i->o', k, (0.5 - mean) / std)
-  return folded.astype(np.float32), (bias.astype(np.float64) + shift).astype(np.float32)
-
-
-def _normalization(timm_config: Optional[Mapping[str, Any]]) -> Tuple[tuple, tuple, List[str]]:
+def normalization(timm_config: Optional[Mapping[str, Any]]) -> Tuple[tuple, tuple, List[str]]:
+  """(mean, std, assumed) of the [0, 1] input the weights expect: config.json's, else timm's
+  Swin default (ImageNet), listed as assumed."""
   cfg = (timm_config or {}).get('pretrained_cfg') or {}
   mean, std = cfg.get('mean'), cfg.get('std')
   if mean is not None and std is not None:
     return tuple(mean), tuple(std), []
   return IMAGENET_MEAN, IMAGENET_STD, [
-      'input normalisation ImageNet mean/std (timm\'s Swin default; no config.json says '
-      'otherwise), folded into the patch embedding']
+      f'input mean {IMAGENET_MEAN} and std {IMAGENET_STD} (timm\'s Swin default; no '
+      'config.json says otherwise)']
 
 
-def params_from_timm(state_dict: Mapping[str, Any], timm_config: Optional[Mapping[str, Any]] = None,
-                     ) -> Tuple[Params, List[str]]:
-  """The Flax param tree of a timm Swin state dict, and what was assumed (see module doc)."""
+def params_from_timm(state_dict: Mapping[str, Any]) -> Params:
+  """The Flax param tree of a timm Swin state dict (see module doc)."""
   if not is_swin_state_dict(state_dict):
     raise SwinConversionError('not a Swin Transformer state dict: it lacks patch_embed.proj, '
                               f'layers.0.blocks.0.attn.qkv and .{_TABLE}.')
   sd = timm_layout(state_dict)
-  mean, std, assumed = _normalization(timm_config)
-  kernel, bias = fold_normalization(sd['patch_embed.proj.weight'].transpose(2, 3, 1, 0),
-                                    sd['patch_embed.proj.bias'], mean, std)
-  params: Params = {'patch_embed': {'kernel': kernel, 'bias': bias},
+  params: Params = {'patch_embed': {'kernel': sd['patch_embed.proj.weight'].transpose(2, 3, 1, 0),
+                                    'bias': sd['patch_embed.proj.bias']},
                     'patch_embed_norm': _ln(sd, 'patch_embed.norm'), 'norm': _ln(sd, 'norm')}
   for key in sd:
     match = _BLOCK.match(key)
@@ -150,7 +135,7 @@ def params_from_timm(state_dict: Mapping[str, Any], timm_config: Optional[Mappin
                                               'reduction': _dense(sd, f'{prefix}.reduction')}
   if 'head.fc.weight' in sd:
     params['head'] = _dense(sd, 'head.fc')
-  return params, assumed
+  return params
 
 
 def _shape(x: Any) -> Tuple[int, ...]:
@@ -195,9 +180,10 @@ def convert(state_dict: Mapping[str, Any], timm_config: Optional[Mapping[str, An
   The config has the `presets._swin` fields (model_name left to the caller, which matches it
   against the presets) plus `num_classes` (0 without a head) and `image_size`, the resolution
   the weights were trained at: the config.json's `pretrained_cfg.input_size`, else
-  window × 32 (the published pairs 7/224 and 12/384), listed as assumed.
+  window × 32 (the published pairs 7/224 and 12/384), listed as assumed. The input's mean and
+  std are `normalization(timm_config)`'s.
   """
-  params, assumed = params_from_timm(state_dict, timm_config)
+  params, assumed = params_from_timm(state_dict), []
   fields = swin_fields(params)
   fields['num_classes'] = int(params['head']['bias'].shape[0]) if 'head' in params else 0
   size = ((timm_config or {}).get('pretrained_cfg') or {}).get('input_size')

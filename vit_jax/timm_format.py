@@ -26,6 +26,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from vit_jax import swin_timm
+
 HF_PREFIX = 'hf-hub:'
 WEIGHTS_FILE = 'model.safetensors'
 CONFIG_FILE = 'config.json'
@@ -162,9 +164,25 @@ def load(path_or_name: str) -> Converted:
   return convert(*read_timm(path_or_name))
 
 
+def input_normalization(path_or_name: str) -> Tuple[Tuple[float, ...], Tuple[float, ...]]:
+  """(mean, std) of the [0, 1] input a timm checkpoint expects, as `load(...)` gives them.
+
+  The config.json's `pretrained_cfg` decides when it has both (no weights are converted);
+  otherwise the family's default, from converting the weights.
+  """
+  weights, config_path = local_files(path_or_name)
+  config = read_config(config_path)
+  cfg = (config or {}).get('pretrained_cfg') or {}
+  if cfg.get('mean') is not None and cfg.get('std') is not None:
+    return tuple(float(m) for m in cfg['mean']), tuple(float(s) for s in cfg['std'])
+  converted = convert(read_safetensors(weights), config)
+  return tuple(converted.mean), tuple(converted.std)
+
+
 _UNSUPPORTED_NAMES = (
     ('eva', 'rotary position embeddings and SwiGLU MLPs (EVA)'),
-    ('swin', 'windowed attention (Swin)'), ('beit', 'relative position bias (BEiT)'),
+    ('swinv2', 'Swin v2 attention (scaled cosine, continuous position bias)'),
+    ('beit', 'relative position bias (BEiT)'),
     ('convnext', 'a ConvNeXt (no transformer)'), ('levit', 'LeViT attention'),
     ('vit_base_r50', 'a ResNet stem (load the official npz hybrids instead)'),
 )
@@ -172,7 +190,8 @@ _UNSUPPORTED_NAMES = (
 _UNSUPPORTED_KEYS = (
     (r'rope|freqs', 'rotary position embeddings (EVA)'),
     (r'mlp\.(fc1_g|fc1_x|w12|w3)', 'a SwiGLU MLP'),
-    (r'relative_position', 'windowed/relative-position attention (Swin, BEiT)'),
+    (r'cpb_mlp|logit_scale', 'Swin v2 attention (scaled cosine, continuous position bias)'),
+    (r'relative_position', 'relative-position attention (BEiT)'),
     (r'attn\.(q_norm|k_norm)', 'QK normalisation'),
     (r'attn\.(q_bias|v_bias)', 'separate q/v biases (BEiT/EVA)'),
     (r'mlp\.norm|attn\.norm', 'norms inside attention/MLP (scale-norm)'),
@@ -506,8 +525,29 @@ def _prefix(fields: Mapping[str, Any]) -> int:
           + int(fields['distilled']) + fields['num_registers'])
 
 
+def _is_swin(state_dict: Mapping[str, Any], timm_config: Optional[dict]) -> bool:
+  del timm_config  # The parameter names decide (timm's and the official layout alike).
+  return swin_timm.is_swin_state_dict(state_dict)
+
+
+def convert_swin(state_dict: StateDict, timm_config: Optional[dict]) -> Converted:
+  """A timm Swin Transformer v1 (`swin_timm`) → Converted, named as the preset it matches."""
+  from vit_jax import checkpoint  # Preset matching and custom names live there.
+  try:
+    params, fields, assumed = swin_timm.convert(state_dict, timm_config)
+    model_config = checkpoint.architecture(params).config.to_dict()
+  except (swin_timm.SwinConversionError, KeyError) as e:
+    name = (timm_config or {}).get('architecture', 'this Swin model')
+    raise TimmFormatError(f'timm model {name} is not supported: {e}') from None
+  mean, std, normalization_note = swin_timm.normalization(timm_config)
+  return Converted(params=params, model_config=model_config,
+                   num_classes=fields['num_classes'], image_size=fields['image_size'],
+                   mean=mean, std=std, assumed=tuple(assumed + normalization_note))
+
+
 CONVERTERS: List[Converter] = [
     Converter('ViT (AugReg, DeiT, DeiT-III, DINOv2, CLIP, SigLIP, MAE)', _is_vit, convert_vit),
+    Converter('Swin Transformer v1', _is_swin, convert_swin),
 ]
 
 

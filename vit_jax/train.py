@@ -633,8 +633,9 @@ def export_params(trainer: Trainer, params: Any, workdir: str, result: Dict[str,
   extra = dict(ema_decay=config.ema_decay, accuracy_raw=result.get('accuracy_raw')
                ) if weights == 'ema' else {}
   description = dict(
-      model_config=config.model, image_size=config.pp.crop,
-      class_names=trainer.info.class_names, dataset=config.dataset, step=trainer.total_steps,
+      model_config=config.model, image_size=config.pp.crop, mean=tuple(config.pp.mean),
+      std=tuple(config.pp.std), class_names=trainer.info.class_names, dataset=config.dataset,
+      step=trainer.total_steps,
       accuracy=result.get('accuracy'), num_examples=result.get('num_examples'),
       weights=weights, **extra)
   # The description goes inside the npz too: a renamed copy still says what model it is.
@@ -672,6 +673,32 @@ def with_checkpoint_model(config: ml_collections.ConfigDict) -> ml_collections.C
   return config.lock()
 
 
+def with_checkpoint_normalization(config: ml_collections.ConfigDict
+                                  ) -> ml_collections.ConfigDict:
+  """`config` with `pp.mean`/`pp.std` of the weights `config.pretrained_path` holds.
+
+  Only when the config leaves them at the official default and the weights expect others
+  (CLIP's, DINOv2's or Swin's ImageNet values in a timm config.json, or a run fine-tuned with
+  them): then training, eval and the exported metadata all use the weights' values. A resumed
+  run decides the same way, so its inputs never change midway.
+  """
+  pp = config.pp
+  if not config.pretrained_path or not input_pipeline.is_official_normalization(pp.mean, pp.std):
+    return config
+  path = checkpoint.resolve_name(config.pretrained_path)
+  if checkpoint.is_remote(path) or checkpoint.check_available(path):
+    return config  # A published npz (official inputs), or missing: preflight says so.
+  mean, std = checkpoint.input_normalization(path)
+  if input_pipeline.is_official_normalization(mean, std):
+    return config
+  logging.info('Input normalisation of %s: (x / 255 - mean) / std with mean %s, std %s (not '
+               'x / 127.5 - 1); set --config.pp.mean/--config.pp.std to choose others.',
+               config.pretrained_path, mean, std)
+  config = ml_collections.ConfigDict(config.to_dict())
+  config.pp.mean, config.pp.std = tuple(mean), tuple(std)
+  return config.lock()
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, Any]:
   """Trains (or continues training) per `config` in `workdir`; returns final eval metrics.
 
@@ -681,7 +708,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   saved, no params.npz; `python -m vit_jax.main` exits 143 then). Without `config.model` the
   model is the one `config.pretrained_path` holds (`with_checkpoint_model`).
   """
-  config = with_checkpoint_model(config)
+  config = with_checkpoint_normalization(with_checkpoint_model(config))
   manager = make_checkpoint_manager(workdir, config)
   trainer = build_trainer(config, needs_pretrained=manager.latest_step() is None)
   state, damaged = restore_or_init(trainer, manager)
