@@ -247,6 +247,44 @@ def test_finetune_from_a_hub_folder(tmp_path):
     assert json.load(f)['model']['num_registers'] == 4
   run = features.load_model(workdir)
   assert run.image_size == 56 and run.num_classes == 3 and run.config.no_embed_class
+  check_run_normalization(workdir, folder, config, tmp_path)
+
+
+def check_run_normalization(workdir, folder, config, tmp_path):
+  """The run trained on the hub folder's mean/std (not x / 127.5 - 1) and says so: eval feeds
+  (x / 255 - mean) / std, and metadata.json, the npz's description, predict and the timm
+  export all carry the same values."""
+  import glob
+  from vit_jax import export_timm
+  from vit_jax import input_pipeline
+  from vit_jax import train
+  with open(os.path.join(folder, 'config.json')) as f:
+    cfg = json.load(f)['pretrained_cfg']
+  mean, std = tuple(cfg['mean']), tuple(cfg['std'])
+  assert mean != timm_format.OFFICIAL_MEAN  # DINOv2: ImageNet's.
+  normalised = train.with_checkpoint_normalization(train.with_checkpoint_model(config))
+  assert (tuple(normalised.pp.mean), tuple(normalised.pp.std)) == (mean, std)
+  eval_data = input_pipeline.get_eval_data(normalised)
+  fed = np.concatenate([b['image'] for b in eval_data.dataset.as_numpy_iterator()])
+  files = sorted(glob.glob(os.path.join(config.dataset, 'test', '*', '*.png')))
+  want = np.stack([features.preprocess(features.read_image(f), 56, mean, std) for f in files])
+  for image in fed[:eval_data.num_examples]:  # Each one is some test file, so normalised.
+    assert np.abs(want - image).max(axis=(1, 2, 3)).min() < 1e-6
+  mine = config.copy_and_resolve_references()
+  mine.pp.mean = (0.4, 0.4, 0.4)  # The user's own value wins.
+  assert train.with_checkpoint_normalization(mine).pp.mean == (0.4, 0.4, 0.4)
+  with open(os.path.join(workdir, 'metadata.json')) as f:
+    preprocessing = json.load(f)['preprocessing']
+  assert (tuple(preprocessing['mean']), tuple(preprocessing['std'])) == (mean, std)
+  embedded = checkpoint.embedded_metadata(os.path.join(workdir, 'params.npz'))
+  assert tuple(embedded['preprocessing']['mean']) == mean
+  run = features.load_model(workdir)  # What predict and analyze apply to a file.
+  assert (run.mean, run.std) == (mean, std)
+  out = tmp_path / 'exported'
+  assert export_timm.main(['export_timm', f'--checkpoint={workdir}', f'--out={out}']) == 0
+  with open(out / 'config.json') as f:
+    exported = json.load(f)['pretrained_cfg']
+  assert (tuple(exported['mean']), tuple(exported['std'])) == (mean, std)
 
 
 @pytest.mark.parametrize('family', ['dinov2_reg4', 'siglip'])
