@@ -5,9 +5,9 @@ swin_tiny_patch4_window7_224); DATASET a preset dataset (cifar10, oxford_iiit_pe
 folder of images (`{train,test or val}/<class>/*.jpg`). The weights are timm's, as a hub folder
 (config.json + model.safetensors, e.g. `huggingface-cli download
 timm/swin_tiny_patch4_window7_224.ms_in1k --local-dir /data/swin_t`) or its bare
-model.safetensors, passed with --config.pretrained_path: the architecture comes from the file
-(it must agree with MODEL), timm's input normalisation is folded into the patch embedding, the
-head is replaced, and relative-position tables are resized as timm resizes them when the window
+model.safetensors or hf-hub:timm/<name>, passed with --config.pretrained_path: the architecture
+comes from the file (it must agree with MODEL), the inputs are normalised with its config.json
+mean/std (ImageNet's; pp.mean/pp.std, recorded in metadata.json), the head is replaced, and relative-position tables are resized as timm resizes them when the window
 differs (docs/analysis.md, "Fine-tuning timm's Swin weights").
 Input: the model's published resolution (224px for window 7, 384px for window 12).
 Recipe (timm-style transfer, not the official ViT SGD one): AdamW, lr 1e-4, weight decay 0.05,

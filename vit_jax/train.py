@@ -242,6 +242,7 @@ def validate_config(config: Any, mesh: Mesh) -> None:
   if config.loss not in LOSSES:
     raise ValueError(f'Unknown loss={config.loss!r}; use one of {", ".join(LOSSES)}.')
   distill.validate(config)
+  input_pipeline.make_normalize(config.pp.mean, config.pp.std)  # Bad values: one line, now.
   if config.mixup < 0:
     raise ValueError(f'mixup={config.mixup} must be >= 0 (0 = off; 0.2 as in big_vision).')
   if not 0. <= config.ema_decay < 1.:
