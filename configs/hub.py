@@ -7,9 +7,10 @@ timm/vit_small_patch14_dinov2.lvd142m --local-dir hub/vit_small_patch14_dinov2.l
 model (DINOv2, CLIP, SigLIP, DeiT, AugReg, MAE-style ..., Swin v1) is read from the checkpoint;
 it gets a new zero head and its position embeddings fitted to pp.crop (224 here; a multiple of
 the patch: 224 for /14 and /16 models), and trains on inputs normalised with the checkpoint's
-config.json mean/std (pp.mean/pp.std, recorded in the run's metadata.json). DATASET is a TFDS name of config_lib.DATASET_PRESETS or a
-folder of images (`{train,test or val}/<class>/*.jpg`). Official fine-tuning otherwise (SGD
-momentum, cosine, batch 512, grad clip 1); set --config.base_lr for your data.
+config.json mean/std (pp.mean/pp.std, recorded in the run's metadata.json). DATASET is a TFDS
+name of config_lib.DATASET_PRESETS or a folder of images (`{train,test or val}/<class>/*.jpg`).
+Official fine-tuning otherwise (SGD momentum, cosine, batch 512, grad clip 1); set
+--config.base_lr for your data.
 Commands (the hub folders are local copies of timm/vit_small_patch14_dinov2.lvd142m and
 timm/vit_base_patch16_clip_224.openai):
   python -m vit_jax.main --config=configs/hub.py:/data/my_images \

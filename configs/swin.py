@@ -7,8 +7,9 @@ folder of images (`{train,test or val}/<class>/*.jpg`). The weights are timm's, 
 timm/swin_tiny_patch4_window7_224.ms_in1k --local-dir /data/swin_t`) or its bare
 model.safetensors or hf-hub:timm/<name>, passed with --config.pretrained_path: the architecture
 comes from the file (it must agree with MODEL), the inputs are normalised with its config.json
-mean/std (ImageNet's; pp.mean/pp.std, recorded in metadata.json), the head is replaced, and relative-position tables are resized as timm resizes them when the window
-differs (docs/analysis.md, "Fine-tuning timm's Swin weights").
+mean/std (ImageNet's; pp.mean/pp.std, recorded in metadata.json), the head is replaced, and
+relative-position tables are resized as timm resizes them when the window differs
+(docs/analysis.md, "Fine-tuning timm's Swin weights").
 Input: the model's published resolution (224px for window 7, 384px for window 12).
 Recipe (timm-style transfer, not the official ViT SGD one): AdamW, lr 1e-4, weight decay 0.05,
 stochastic depth 0.1, 50 warmup steps, cosine, batch 64, inception crop + flip.
