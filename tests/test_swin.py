@@ -336,6 +336,11 @@ def test_not_a_swin_safetensors_is_one_clear_line(tmp_path):
   (tmp_path / 'cut.safetensors').write_bytes(b'\x10\x00\x00')
   with pytest.raises(checkpoint.CheckpointError, match='not a readable safetensors'):
     features.load_model(str(tmp_path / 'cut.safetensors'))
+  # Swin v1 has its converter; Swin v2 (no bias table, a position MLP) is named as missing.
+  reason = timm_format.unsupported_reason(
+      {'layers.0.blocks.0.attn.cpb_mlp.0.weight': None, 'layers.0.blocks.0.attn.logit_scale':
+       None}, {'architecture': 'swinv2_tiny_window8_256'})
+  assert 'it needs Swin v2 attention' in reason and 'Swin Transformer v1' in reason, reason
 
 
 def make_config(**overrides):
