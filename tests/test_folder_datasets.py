@@ -126,6 +126,18 @@ def test_disjoint_splits_are_accepted(tmp_path, splits, train, test, sizes):
       files(root, test))
 
 
+def test_a_train_folder_too_small_for_its_held_out_slice_is_a_one_line_error(tmp_path):
+  root = write_folder(tmp_path, splits=('train',), per_class=(5, 3, 2))  # 2% of 10: nothing.
+  with pytest.raises(ValueError) as error:
+    input_pipeline.get_dataset_info(make_config(root))
+  message = str(error.value)
+  assert 'train[98%:] of' in message and 'has no examples' in message, message
+  assert '--config.pp.test=train[80%:]' in message and len(message.splitlines()) == 1
+  config = make_config(root, 'train[:80%]', 'train[80%:]')  # The fix the line names works.
+  info = input_pipeline.get_dataset_info(config)
+  assert (info.num_train_examples, info.num_test_examples) == (8, 2)
+
+
 def test_tfds_split_strings_mean_the_same_and_overlap_is_an_error():
   import tensorflow_datasets as tfds  # noqa: PLC0415
   config = make_config('cifar10', 'train', 'train[98%:]')

@@ -140,7 +140,8 @@ def get_dataset_info(config: Any) -> DatasetInfo:
   """Class names and the sizes of `config.pp.train` and `config.pp.test` (all processes).
 
   Raises:
-    ValueError: if an eval example is also a train example (accuracy on training images).
+    ValueError: if a split is empty, or an eval example is also a train example (accuracy on
+      training images).
   """
   source = _open(config)
   train, test = config.pp.train, config.pp.test
@@ -149,6 +150,12 @@ def get_dataset_info(config: Any) -> DatasetInfo:
       num_train_examples=sum(source.split(train).shares),
       num_test_examples=sum(source.split(test).shares),
       class_names=source.class_names)
+  for spec, count in ((train, info.num_train_examples), (test, info.num_test_examples)):
+    if not count:  # E.g. the held-out 2% of a train/ folder of fewer than 50 images.
+      raise ValueError(
+          f'{source.describe(spec)} has no examples: nothing to train on or evaluate. Give it '
+          'some, e.g. --config.pp.train=train[:80%] --config.pp.test=train[80%:] (or add a '
+          'test/ folder).')
   shared = source.overlap(train, test)
   if shared:
     raise SplitOverlapError(
