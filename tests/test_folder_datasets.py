@@ -296,6 +296,33 @@ def test_files_with_trailers_or_padding_are_read_and_truncated_ones_are_not():
     assert bool(check(tf.constant(make(0)), tf.constant(name))) == (name in WHOLE), name
 
 
+# Web images saved as .jpg are often WebP (or BMP): TF decodes them by content.
+OTHER_WHOLE = {
+    'webp.jpg': lambda s: encoded('WEBP', s),
+    'webp_trailer.jpg': lambda s: encoded('WEBP', s) + bytes(9),
+    'bmp.jpg': lambda s: encoded('BMP', s),
+}
+OTHER_TRUNCATED = {
+    'webp_cut.jpg': lambda s: encoded('WEBP', s, (40, 30))[:-2],
+    'bmp_cut.jpg': lambda s: encoded('BMP', s)[:-2],
+    'bmp_trailer.jpg': lambda s: encoded('BMP', s) + bytes(9),  # TF refuses it: size mismatch.
+    'empty.jpg': lambda s: b'',
+}
+
+
+def test_webp_and_bmp_content_is_read_and_truncated_ones_are_not():
+  check = tf.function(input_pipeline._readable)
+  for name, make in {**OTHER_WHOLE, **OTHER_TRUNCATED}.items():
+    data = make(0)
+    try:
+      tf.io.decode_image(data)
+      decodes = True
+    except tf.errors.InvalidArgumentError:
+      decodes = False
+    assert decodes == (name in OTHER_WHOLE), name  # The check agrees with the decoder...
+    assert bool(check(tf.constant(data), tf.constant(name))) == decodes, name  # ...on each.
+
+
 def test_training_reads_files_with_trailers_as_the_clean_files(tmp_path, caplog):
   with_extras = write_files(tmp_path / 'extras', 'train', WHOLE, 4)
   clean = write_files(tmp_path / 'clean', 'train', WHOLE, 4, clean=True)

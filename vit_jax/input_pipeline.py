@@ -718,12 +718,13 @@ _unreadable: Dict[str, set] = {}  # Folder → names of its broken files met by 
 
 
 def _readable(data: tf.Tensor, name: tf.Tensor) -> tf.Tensor:
-  """Whether `data` is a whole JPEG or PNG (what the decoder needs is there); logs it if not.
+  """Whether `data` is a whole JPEG, PNG, WebP or BMP (all that TF decodes); logs it if not.
 
   Bytes after the end are allowed: cameras and phones append trailers (maker notes, a second
   image, a video) after a JPEG's EOI, and some writers pad PNGs; TF decodes both.
   """
-  ok = tf.logical_or(_complete_jpeg(data), _complete_png(data))
+  ok = tf.reduce_any(tf.stack([_complete_jpeg(data), _complete_png(data),
+                               _complete_webp_or_bmp(data)]))
   return tf.cond(ok, lambda: ok, lambda: tf.numpy_function(_count_unreadable, [name], tf.bool,
                                                            stateful=True))
 
@@ -732,6 +733,25 @@ def _complete_png(data: tf.Tensor) -> tf.Tensor:
   """The signature, then the IEND chunk somewhere (a truncated file lacks it)."""
   signature = tf.equal(tf.strings.substr(data, 0, 8), _PNG_SIGNATURE)
   return tf.logical_and(signature, tf.size(tf.strings.split(data, sep=_PNG_END)) > 1)
+
+
+def _complete_webp_or_bmp(data: tf.Tensor) -> tf.Tensor:
+  """A WebP or BMP (TF decodes them too: web images saved as .jpg often are WebP) holding at
+  least the bytes its header declares: RIFF size + 8 (a trailer allowed), BMP size exactly
+  (TF rejects a BMP of any other size, so one with extra bytes counts as unreadable too)."""
+  size = tf.cast(tf.strings.length(data), tf.int64)
+  padded = tf.strings.join([data, bytes(12)])  # Reads past the end see zeros.
+
+  def le32(offset):
+    raw = tf.cast(tf.io.decode_raw(tf.strings.substr(padded, offset, 4), tf.uint8), tf.int64)
+    return tf.reduce_sum(raw * tf.constant([1, 1 << 8, 1 << 16, 1 << 24], tf.int64))
+
+  webp = tf.logical_and(
+      tf.logical_and(tf.equal(tf.strings.substr(padded, 0, 4), b'RIFF'),
+                     tf.equal(tf.strings.substr(padded, 8, 4), b'WEBP')),
+      size >= le32(4) + 8)
+  bmp = tf.logical_and(tf.equal(tf.strings.substr(padded, 0, 2), b'BM'), tf.equal(size, le32(2)))
+  return tf.logical_or(webp, bmp)
 
 
 def _complete_jpeg(data: tf.Tensor) -> tf.Tensor:
