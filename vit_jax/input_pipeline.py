@@ -794,8 +794,8 @@ def _count_unreadable(name: bytes) -> np.bool_:
     seen.add(path)
     count = len(seen)
   if new and count & (count - 1) == 0:
-    logging.warning('Skipped %d unreadable image file(s) in %s so far (not a complete JPEG/PNG/WebP/BMP), '
-                    'e.g. %s: delete or replace them.', count, folder, path)
+    logging.warning('Skipped %d unreadable image file(s) in %s so far (not a complete '
+                    'JPEG/PNG/WebP/BMP), e.g. %s: delete or replace them.', count, folder, path)
   return np.bool_(False)
 
 
