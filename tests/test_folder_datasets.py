@@ -126,6 +126,18 @@ def test_disjoint_splits_are_accepted(tmp_path, splits, train, test, sizes):
       files(root, test))
 
 
+def test_a_train_folder_too_small_for_its_held_out_slice_is_a_one_line_error(tmp_path):
+  root = write_folder(tmp_path, splits=('train',), per_class=(5, 3, 2))  # 2% of 10: nothing.
+  with pytest.raises(ValueError) as error:
+    input_pipeline.get_dataset_info(make_config(root))
+  message = str(error.value)
+  assert 'train[98%:] of' in message and 'has no examples' in message, message
+  assert '--config.pp.test=train[80%:]' in message and len(message.splitlines()) == 1
+  config = make_config(root, 'train[:80%]', 'train[80%:]')  # The fix the line names works.
+  info = input_pipeline.get_dataset_info(config)
+  assert (info.num_train_examples, info.num_test_examples) == (8, 2)
+
+
 def test_tfds_split_strings_mean_the_same_and_overlap_is_an_error():
   import tensorflow_datasets as tfds  # noqa: PLC0415
   config = make_config('cifar10', 'train', 'train[98%:]')
@@ -282,6 +294,33 @@ def test_files_with_trailers_or_padding_are_read_and_truncated_ones_are_not():
   check = tf.function(input_pipeline._readable)
   for name, make in {**WHOLE, **TRUNCATED}.items():
     assert bool(check(tf.constant(make(0)), tf.constant(name))) == (name in WHOLE), name
+
+
+# Web images saved as .jpg are often WebP (or BMP): TF decodes them by content.
+OTHER_WHOLE = {
+    'webp.jpg': lambda s: encoded('WEBP', s),
+    'webp_trailer.jpg': lambda s: encoded('WEBP', s) + bytes(9),
+    'bmp.jpg': lambda s: encoded('BMP', s),
+}
+OTHER_TRUNCATED = {
+    'webp_cut.jpg': lambda s: encoded('WEBP', s, (40, 30))[:-2],
+    'bmp_cut.jpg': lambda s: encoded('BMP', s)[:-2],
+    'bmp_trailer.jpg': lambda s: encoded('BMP', s) + bytes(9),  # TF refuses it: size mismatch.
+    'empty.jpg': lambda s: b'',
+}
+
+
+def test_webp_and_bmp_content_is_read_and_truncated_ones_are_not():
+  check = tf.function(input_pipeline._readable)
+  for name, make in {**OTHER_WHOLE, **OTHER_TRUNCATED}.items():
+    data = make(0)
+    try:
+      tf.io.decode_image(data)
+      decodes = True
+    except tf.errors.InvalidArgumentError:
+      decodes = False
+    assert decodes == (name in OTHER_WHOLE), name  # The check agrees with the decoder...
+    assert bool(check(tf.constant(data), tf.constant(name))) == decodes, name  # ...on each.
 
 
 def test_training_reads_files_with_trailers_as_the_clean_files(tmp_path, caplog):

@@ -236,6 +236,31 @@ def test_sigterm_saves_and_rerun_resumes(tmp_path, mock_cifar10):
   assert train.train_and_evaluate(config, workdir)['step'] == 6
 
 
+def test_sigterm_at_an_eval_step_saves_without_evaluating_first(tmp_path, mock_cifar10):
+  config = make_config(total_steps=6, checkpoint_every=100, eval_every=3)
+  real_step, real_eval, evaluated = train.make_train_step, train.run_eval, []
+
+  def factory(*args, **kwargs):
+    step_fn = real_step(*args, **kwargs)
+
+    def wrapped(state, batch):
+      if int(state['step']) == 2:  # Step 3, where an eval is due.
+        os.kill(os.getpid(), signal.SIGTERM)
+      return step_fn(state, batch)
+    return wrapped
+
+  def run_eval(*args):
+    evaluated.append(args[-1])
+    return real_eval(*args)
+
+  workdir = str(tmp_path / 'run')
+  with mock.patch.object(train, 'make_train_step', factory), mock.patch.object(
+      train, 'run_eval', run_eval):
+    assert train.train_and_evaluate(config, workdir)['stopped_at'] == 3
+    assert not evaluated and os.listdir(os.path.join(workdir, 'checkpoints')) == ['3']
+  assert train.train_and_evaluate(config, workdir)['step'] == 6
+
+
 def test_ema_step_is_the_polyak_average_of_the_weights():
   config = make_config(optim='adamw', base_lr=1e-2, ema_decay=0.9)
   step, state, batch = fixed_batch_step(config, 'cosine', total_steps=10, warmup_steps=0)

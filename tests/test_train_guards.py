@@ -19,6 +19,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from vit_jax import checkpoint
+from vit_jax import config_lib
 from vit_jax import input_pipeline
 from vit_jax import models
 from vit_jax import optim
@@ -303,3 +304,32 @@ def test_adamw_weight_decay_mask(on, decayed):
   assert decayed <= moved
   if on == 'kernels':
     assert moved and all(k.endswith('kernel') for k in moved), moved
+
+
+def decayed_params(model, image_size):
+  """Flat names of the params one AdamW step moves when Adam's own update is zero."""
+  config = make_config(optim='adamw', weight_decay=0.5, weight_decay_on='kernels')
+  params = model.init(jax.random.key(0), jnp.zeros((1, image_size, image_size, 3)),
+                      train=False)['params']
+  params = jax.tree.map(lambda x: x + 0.1, params)  # Nothing zero: decay is visible everywhere.
+  tx = optim.make_optimizer(config, optax.constant_schedule(1.))
+  updates, _ = tx.update(jax.tree.map(jnp.zeros_like, params), tx.init(params), params)
+  flat = checkpoint.flatten(jax.device_get(updates))
+  return {k for k, v in flat.items() if np.any(v)}, set(flat)
+
+
+@pytest.mark.parametrize('name,overrides,image_size,kept', [
+    # DINOv2-style (LayerScale, registers) with big_vision's MAP head: as timm's no_weight_decay.
+    ('testing', dict(layer_scale=1e-5, num_registers=2, classifier='map'), 32,
+     ('ls1', 'ls2', 'reg', 'probe', 'pos_embedding', 'scale', 'bias')),
+    ('Swin-testing', {}, 32, ('relative_position_bias_table', 'scale', 'bias')),
+])
+def test_adamw_decays_only_conv_and_dense_kernels(name, overrides, image_size, kept):
+  model = config_lib.with_model(config_lib.get_config(), name).model
+  model.update(overrides)
+  decayed, names = decayed_params(models.get_model(model, num_classes=4), image_size)
+  assert decayed == {k for k in names if k.endswith('/kernel')}, decayed ^ {
+      k for k in names if k.endswith('/kernel')}
+  for part in kept:  # Each kind the model has is there and left alone.
+    present = {k for k in names if k.split('/')[-1].startswith(part)}
+    assert present and not present & decayed, (part, present & decayed)

@@ -141,7 +141,8 @@ def get_dataset_info(config: Any) -> DatasetInfo:
   """Class names and the sizes of `config.pp.train` and `config.pp.test` (all processes).
 
   Raises:
-    ValueError: if an eval example is also a train example (accuracy on training images).
+    ValueError: if a split is empty, or an eval example is also a train example (accuracy on
+      training images).
   """
   source = _open(config)
   train, test = config.pp.train, config.pp.test
@@ -150,6 +151,12 @@ def get_dataset_info(config: Any) -> DatasetInfo:
       num_train_examples=sum(source.split(train).shares),
       num_test_examples=sum(source.split(test).shares),
       class_names=source.class_names)
+  for spec, count in ((train, info.num_train_examples), (test, info.num_test_examples)):
+    if not count:  # E.g. the held-out 2% of a train/ folder of fewer than 50 images.
+      raise ValueError(
+          f'{source.describe(spec)} has no examples: nothing to train on or evaluate. Give it '
+          'some, e.g. --config.pp.train=train[:80%] --config.pp.test=train[80%:] (or add a '
+          'test/ folder).')
   shared = source.overlap(train, test)
   if shared:
     raise SplitOverlapError(
@@ -713,12 +720,13 @@ _unreadable: Dict[str, set] = {}  # Folder → names of its broken files met by 
 
 
 def _readable(data: tf.Tensor, name: tf.Tensor) -> tf.Tensor:
-  """Whether `data` is a whole JPEG or PNG (what the decoder needs is there); logs it if not.
+  """Whether `data` is a whole JPEG, PNG, WebP or BMP (all that TF decodes); logs it if not.
 
   Bytes after the end are allowed: cameras and phones append trailers (maker notes, a second
   image, a video) after a JPEG's EOI, and some writers pad PNGs; TF decodes both.
   """
-  ok = tf.logical_or(_complete_jpeg(data), _complete_png(data))
+  ok = tf.reduce_any(tf.stack([_complete_jpeg(data), _complete_png(data),
+                               _complete_webp_or_bmp(data)]))
   return tf.cond(ok, lambda: ok, lambda: tf.numpy_function(_count_unreadable, [name], tf.bool,
                                                            stateful=True))
 
@@ -727,6 +735,25 @@ def _complete_png(data: tf.Tensor) -> tf.Tensor:
   """The signature, then the IEND chunk somewhere (a truncated file lacks it)."""
   signature = tf.equal(tf.strings.substr(data, 0, 8), _PNG_SIGNATURE)
   return tf.logical_and(signature, tf.size(tf.strings.split(data, sep=_PNG_END)) > 1)
+
+
+def _complete_webp_or_bmp(data: tf.Tensor) -> tf.Tensor:
+  """A WebP or BMP (TF decodes them too: web images saved as .jpg often are WebP) holding at
+  least the bytes its header declares: RIFF size + 8 (a trailer allowed), BMP size exactly
+  (TF rejects a BMP of any other size, so one with extra bytes counts as unreadable too)."""
+  size = tf.cast(tf.strings.length(data), tf.int64)
+  padded = tf.strings.join([data, bytes(12)])  # Reads past the end see zeros.
+
+  def le32(offset):
+    raw = tf.cast(tf.io.decode_raw(tf.strings.substr(padded, offset, 4), tf.uint8), tf.int64)
+    return tf.reduce_sum(raw * tf.constant([1, 1 << 8, 1 << 16, 1 << 24], tf.int64))
+
+  webp = tf.logical_and(
+      tf.logical_and(tf.equal(tf.strings.substr(padded, 0, 4), b'RIFF'),
+                     tf.equal(tf.strings.substr(padded, 8, 4), b'WEBP')),
+      size >= le32(4) + 8)
+  bmp = tf.logical_and(tf.equal(tf.strings.substr(padded, 0, 2), b'BM'), tf.equal(size, le32(2)))
+  return tf.logical_or(webp, bmp)
 
 
 def _complete_jpeg(data: tf.Tensor) -> tf.Tensor:
@@ -769,8 +796,8 @@ def _count_unreadable(name: bytes) -> np.bool_:
     seen.add(path)
     count = len(seen)
   if new and count & (count - 1) == 0:
-    logging.warning('Skipped %d unreadable image file(s) in %s so far (not a complete JPEG/PNG), '
-                    'e.g. %s: delete or replace them.', count, folder, path)
+    logging.warning('Skipped %d unreadable image file(s) in %s so far (not a complete '
+                    'JPEG/PNG/WebP/BMP), e.g. %s: delete or replace them.', count, folder, path)
   return np.bool_(False)
 
 

@@ -8,7 +8,8 @@ Examples:
 Exit codes: 0 finished (params.npz written); 1 a user error (one line on stderr); 2 an unknown
 config field; 75 another process of a multi-process run was lost (see --peer_timeout; restart
 every process, as the printed line says); 143 stopped by SIGTERM with a checkpoint saved and
-steps left (rerun the printed command to continue; 143 = 128 + SIGTERM, as a killed job).
+steps left (rerun the printed command to continue; 143 = 128 + SIGTERM, as a killed job);
+130 Ctrl-C (Python's KeyboardInterrupt: checkpoints written so far are kept).
 """
 
 import functools

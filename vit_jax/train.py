@@ -763,7 +763,8 @@ def _train_loop(trainer: Trainer, state: State, start: int, manager: ocp.Checkpo
       if _is_due(step, config.progress_every, total):
         # Step `step` (1-based) was the optimizer's update number step - 1: that is its lr.
         progress.train(step, float(trainer.schedule(step - 1)))
-      if _is_due(step, config.eval_every, total):
+      # After SIGTERM the grace period goes to the checkpoint, not to an eval due at this step.
+      if _is_due(step, config.eval_every, total) and not stopping:
         result = run_eval(trainer, eval_step, state, eval_data, progress, step)
       if save_due:
         save_checkpoint(manager, step, state)
