@@ -343,6 +343,26 @@ def test_a_bare_npz_warns_once_naming_what_it_assumed(tmp_path, caplog):
   assert stated.config.posemb == 'none' and stated.image_size == 28 and stated.assumed == ()
 
 
+def test_a_stale_json_beside_a_described_copy_is_named_in_one_warning(tmp_path, caplog):
+  """cp run/params.npz over model.npz whose model.json (another run's) stays beside it: the
+  .json still decides (the user wrote it), but one warning names what it contradicts."""
+  run, _, _ = _exported_run(tmp_path, posemb='none')
+  copy = tmp_path / 'model.npz'
+  copy.write_bytes((run / 'params.npz').read_bytes())
+  stale = json.loads((run / 'metadata.json').read_text())
+  stale['model']['posemb'] = 'sincos2d'
+  (tmp_path / 'model.json').write_text(json.dumps(stale))
+  with caplog.at_level('WARNING'):
+    assert checkpoint.read_metadata(str(copy))['model']['posemb'] == 'sincos2d'
+  warnings = [r.getMessage() for r in caplog.records if r.levelname == 'WARNING']
+  assert len(warnings) == 1 and "posemb 'sincos2d' (inside: 'none')" in warnings[0], warnings
+  (tmp_path / 'model.json').write_text((run / 'metadata.json').read_text())  # Agrees: silent.
+  caplog.clear()
+  with caplog.at_level('WARNING'):
+    assert checkpoint.read_metadata(str(copy))['model']['posemb'] == 'none'
+  assert not [r for r in caplog.records if r.levelname == 'WARNING']
+
+
 def test_fine_tuning_a_described_file_with_another_posemb_warns(tmp_path, caplog):
   """sincos2d and none have the same (no) parameters: only the description can tell."""
   run, model, params = _exported_run(tmp_path, posemb='none')

@@ -178,7 +178,7 @@ def write_npz(model_config, path, num_classes, image_size):
   checkpoint.save(jax.device_get(params), path)
 
 
-def write_timm_folder(model_config, folder, num_classes, image_size):
+def write_timm_swin_folder(model_config, folder, num_classes, image_size):
   """A timm hub folder (model.safetensors + config.json) of random Swin weights."""
   from safetensors.numpy import save_file
   os.makedirs(folder, exist_ok=True)
@@ -223,7 +223,7 @@ def place_pretrained(command, work):
     local = checkpoint.cache_path(path, str(work / 'cache')) if checkpoint.is_remote(path) else path
     os.makedirs(os.path.dirname(local), exist_ok=True)
     if models.is_swin(stage.model) and not local.endswith('.npz'):  # timm's hub folder.
-      write_timm_folder(stage.model, local, 10, stage.pp.crop)
+      write_timm_swin_folder(stage.model, local, 10, stage.pp.crop)
     else:
       write_npz(stage.model, local, 10, stage.pp.crop)
 
