@@ -702,6 +702,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   logging.info('Model %s, %d classes, %d steps of batch %d; starting at step %d.',
                config.model.get('model_name'), trainer.info.num_classes, trainer.total_steps,
                config.batch, start)
+  if start >= trainer.total_steps:  # A rerun of a finished run (the same command, same workdir).
+    logging.warning('%s already trained all %d steps: evaluating and exporting it again, nothing '
+                    'to train (raise total_steps or num_epochs to continue it).', workdir, start)
   log_weight_average(config, trainer.total_steps)
   writer = metric_writers.create_default_writer(workdir, just_logging=jax.process_index() > 0)
   progress = ProgressLog(writer, trainer.total_steps, start, config.batch,
