@@ -343,6 +343,26 @@ def test_a_bare_npz_warns_once_naming_what_it_assumed(tmp_path, caplog):
   assert stated.config.posemb == 'none' and stated.image_size == 28 and stated.assumed == ()
 
 
+def test_a_stale_json_beside_a_described_copy_is_named_in_one_warning(tmp_path, caplog):
+  """cp run/params.npz over model.npz whose model.json (another run's) stays beside it: the
+  .json still decides (the user wrote it), but one warning names what it contradicts."""
+  run, _, _ = _exported_run(tmp_path, posemb='none')
+  copy = tmp_path / 'model.npz'
+  copy.write_bytes((run / 'params.npz').read_bytes())
+  stale = json.loads((run / 'metadata.json').read_text())
+  stale['model']['posemb'] = 'sincos2d'
+  (tmp_path / 'model.json').write_text(json.dumps(stale))
+  with caplog.at_level('WARNING'):
+    assert checkpoint.read_metadata(str(copy))['model']['posemb'] == 'sincos2d'
+  warnings = [r.getMessage() for r in caplog.records if r.levelname == 'WARNING']
+  assert len(warnings) == 1 and "posemb 'sincos2d' (inside: 'none')" in warnings[0], warnings
+  (tmp_path / 'model.json').write_text((run / 'metadata.json').read_text())  # Agrees: silent.
+  caplog.clear()
+  with caplog.at_level('WARNING'):
+    assert checkpoint.read_metadata(str(copy))['model']['posemb'] == 'none'
+  assert not [r for r in caplog.records if r.levelname == 'WARNING']
+
+
 def test_fine_tuning_a_described_file_with_another_posemb_warns(tmp_path, caplog):
   """sincos2d and none have the same (no) parameters: only the description can tell."""
   run, model, params = _exported_run(tmp_path, posemb='none')
@@ -358,3 +378,21 @@ def test_fine_tuning_a_described_file_with_another_posemb_warns(tmp_path, caplog
     checkpoint.load_pretrained(pretrained_path=str(run), init_params=init,
                                model_config=_vit('n', patch=7, posemb='none'))
   assert not [r for r in caplog.records if r.levelname == 'WARNING']
+
+
+def test_fine_tuning_a_file_without_a_model_name_builds_the_described_model(tmp_path, caplog):
+  """configs/hub.py (model read from --config.pretrained_path) on a renamed posemb='none'
+  export: the embedded description decides (it built sincos2d); a bare copy warns ONCE."""
+  from vit_jax import train  # noqa: PLC0415  # TF-heavy import, only here.
+  run, _, params = _exported_run(tmp_path, posemb='none')
+  copy = tmp_path / 'fmnist_vit.npz'
+  copy.write_bytes((run / 'params.npz').read_bytes())
+  config = config_lib.get_config()
+  config.pretrained_path = str(copy)
+  assert train.with_checkpoint_model(config).model.posemb == 'none'
+  bare = checkpoint.save(params, str(tmp_path / 'bare.npz'))
+  config.pretrained_path = bare
+  with caplog.at_level('WARNING'):
+    assert train.with_checkpoint_model(config).model.posemb == 'sincos2d'
+  warnings = [r.getMessage() for r in caplog.records if r.levelname == 'WARNING']
+  assert len(warnings) == 1 and 'posemb sincos2d' in warnings[0] and 'bare.json' in warnings[0]

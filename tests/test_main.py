@@ -118,6 +118,8 @@ def test_default_workdir_is_named_by_the_command_alone():
   assert name.startswith(os.path.join('runs', 'vit_b16_cifar10-')), name
   # Order and spelling of the same command do not matter ...
   assert main.default_workdir('./configs/vit.py:b16,cifar10', {'pp.crop': 32, 'batch': 64}) == name
+  absolute = os.path.abspath('configs/vit.py')  # Relative or absolute: the same file.
+  assert main.default_workdir(f'{absolute}:b16,cifar10', {'pp.crop': 32, 'batch': 64}) == name
   # ... any other file, arg or override value does.
   others = [main.default_workdir('configs/vit.py:b16,cifar10', {'batch': 32, 'pp.crop': 32}),
             main.default_workdir('configs/vit.py:b16,cifar10', {'batch': 64}),

@@ -261,6 +261,20 @@ def test_sigterm_at_an_eval_step_saves_without_evaluating_first(tmp_path, mock_c
   assert train.train_and_evaluate(config, workdir)['step'] == 6
 
 
+def test_rerunning_a_finished_run_says_so_and_trains_nothing(tmp_path, mock_cifar10, caplog):
+  """The same command twice (issue 29): the second run reports it has finished."""
+  config = make_config(total_steps=2, eval_every=0)
+  workdir = str(tmp_path / 'run')
+  train.train_and_evaluate(config, workdir)
+  params = final_params(workdir)
+  with caplog.at_level('WARNING'):
+    assert train.train_and_evaluate(config, workdir)['step'] == 2
+  said = [r.getMessage() for r in caplog.records if 'already trained all 2 steps' in r.getMessage()]
+  assert len(said) == 1, [r.getMessage() for r in caplog.records]
+  assert os.listdir(os.path.join(workdir, 'checkpoints')) == ['2']
+  assert_trees_close(final_params(workdir), params, atol=0)
+
+
 def test_ema_step_is_the_polyak_average_of_the_weights():
   config = make_config(optim='adamw', base_lr=1e-2, ema_decay=0.9)
   step, state, batch = fixed_batch_step(config, 'cosine', total_steps=10, warmup_steps=0)

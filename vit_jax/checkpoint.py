@@ -1015,6 +1015,23 @@ def _read_json(path: str) -> Dict[str, Any]:
     raise CheckpointError(f'{path} is not readable JSON ({e}); delete or fix it.') from None
 
 
+def _warn_if_sidecar_disagrees(npz_path: str, stated: Mapping[str, Any],
+                               embedded: Optional[Mapping[str, Any]]) -> None:
+  """One warning when `<name>.json` names another model than the description inside the npz.
+
+  A stale .json left beside a newer copy would otherwise silently turn it into another model
+  (posemb 'none' vs 'sincos2d' have the same shapes). The .json still wins: the user wrote it.
+  """
+  ours, theirs = [flatten(d['model']) if isinstance(d, Mapping) and isinstance(
+      d.get('model'), Mapping) else {} for d in (embedded, stated)]
+  differ = [f'{key} {_plain(theirs[key])!r} (inside: {_plain(ours[key])!r})'
+            for key in sorted(set(ours) & set(theirs)) if _plain(ours[key]) != _plain(theirs[key])]
+  if differ:
+    logging.warning('%s says another model than the description inside %s: %s; using the .json '
+                    '(delete or fix it to use the file\'s own).', sidecar_path(npz_path),
+                    os.path.basename(npz_path), '; '.join(differ[:4]))
+
+
 def read_metadata(npz_path_or_dir: str) -> Optional[Dict[str, Any]]:
   """The description of a local .npz (or run directory), or None if it has none.
 
@@ -1037,6 +1054,8 @@ def read_metadata(npz_path_or_dir: str) -> Optional[Dict[str, Any]]:
       raise CheckpointError(f'{sidecar_path(npz_path_or_dir)} is not a description of '
                             f'{name} (a JSON object like a run\'s {METADATA_FILE}); fix or '
                             'rename it.')
+    if os.path.isfile(npz_path_or_dir):
+      _warn_if_sidecar_disagrees(npz_path_or_dir, data, embedded_metadata(npz_path_or_dir))
     return data
   return embedded_metadata(npz_path_or_dir) if os.path.isfile(npz_path_or_dir) else None
 

@@ -79,7 +79,10 @@ def default_workdir(config_spec: str, overrides: Mapping[str, Any]) -> str:
   path, _, arg = config_spec.partition(':')
   stem = os.path.splitext(os.path.basename(path))[0]
   name = re.sub(r'[^A-Za-z0-9.=-]+', '_', f'{stem}_{arg}' if arg else stem).strip('_')
-  key = json.dumps([os.path.normpath(path), arg,
+  # `configs/vit.py`, `./configs/vit.py` and `$PWD/configs/vit.py` are one file: one key.
+  relative = os.path.relpath(os.path.abspath(path))
+  path = os.path.abspath(path) if relative.startswith(os.pardir) else relative
+  key = json.dumps([path, arg,
                     sorted((field, repr(value)) for field, value in overrides.items())])
   return os.path.join('runs', f'{name[:80]}-{hashlib.sha256(key.encode()).hexdigest()[:8]}')
 
@@ -124,7 +127,7 @@ def get_trainer(name: str) -> Callable[[Any, str], Dict[str, Any]]:
 
 def rerun_command(workdir: str, argv=None) -> str:
   """The command that continues this run: the same arguments, with the workdir made explicit
-  (a default `runs/<time>` workdir would otherwise start a new run)."""
+  (so it still resumes if the config file is moved or renamed)."""
   argv = sys.argv[1:] if argv is None else argv
   args = [a for a in argv if not (a.startswith('--workdir=') or a == '--workdir')]
   if '--workdir' in argv:  # `--workdir DIR`: drop its value too.

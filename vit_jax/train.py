@@ -665,9 +665,19 @@ def with_checkpoint_model(config: ml_collections.ConfigDict) -> ml_collections.C
   if not config.pretrained_path:
     raise ValueError('config.model is not set: name a model (e.g. configs/vit.py:b16,DATASET) '
                      'or pass --config.pretrained_path=<checkpoint> to fine-tune what it holds.')
-  _, arch = checkpoint.load_architecture(checkpoint.resolve_name(config.pretrained_path))
-  for note in arch.assumed:
-    logging.info('%s: assumed %s.', config.pretrained_path, note)
+  path = checkpoint.resolve_name(config.pretrained_path)
+  _, arch = checkpoint.load_architecture(path)
+  # What the shapes cannot tell (posemb 'none' vs 'sincos2d', ...) the file's description does:
+  # the run's metadata.json, a <name>.json beside it or the one embedded in the npz.
+  described = (None if checkpoint.timm_format.is_timm_source(path)
+               else (checkpoint.read_metadata(path) or {}).get('model'))
+  if described:
+    arch = checkpoint.conform(arch, described, checkpoint.METADATA_FILE)
+  if arch.assumed:
+    logging.warning('%s does not say %s: assumed. To state them, put a %s beside it (the format '
+                    'of a run\'s %s) or name the model (configs/vit.py:MODEL,DATASET).',
+                    config.pretrained_path, '; '.join(arch.assumed),
+                    os.path.basename(checkpoint.sidecar_path(path)), checkpoint.METADATA_FILE)
   config = ml_collections.ConfigDict(config.to_dict())
   config.model = arch.config
   logging.info('Model from %s: %s.', config.pretrained_path, config.model.model_name)
@@ -720,6 +730,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   logging.info('Model %s, %d classes, %d steps of batch %d; starting at step %d.',
                config.model.get('model_name'), trainer.info.num_classes, trainer.total_steps,
                config.batch, start)
+  if start >= trainer.total_steps:  # A rerun of a finished run (the same command, same workdir).
+    logging.warning('%s already trained all %d steps: evaluating and exporting it again, nothing '
+                    'to train (raise total_steps or num_epochs to continue it).', workdir, start)
   log_weight_average(config, trainer.total_steps)
   writer = metric_writers.create_default_writer(workdir, just_logging=jax.process_index() > 0)
   progress = ProgressLog(writer, trainer.total_steps, start, config.batch,
