@@ -656,6 +656,7 @@ def export_params(trainer: Trainer, params: Any, workdir: str, result: Dict[str,
   description = dict(
       model_config=config.model, image_size=config.pp.crop,
       class_names=trainer.info.class_names, dataset=config.dataset, step=trainer.total_steps,
+      batch=config.batch,
       accuracy=result.get('accuracy'), num_examples=result.get('num_examples'),
       weights=weights, **extra, **{k: v for k, v in result.items()
                                    if k.startswith(('accuracy_', 'num_examples_'))
