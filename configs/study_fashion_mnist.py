@@ -28,6 +28,7 @@ Commands (the grid, resumable; one run by hand, here on TFDS fashion_mnist):
 Expected / measured: docs/small_data_study.md (2 vCPUs), generated from docs/study/results.jsonl.
 """
 
+import dataclasses
 from typing import Dict, List, Tuple
 
 import ml_collections
@@ -165,29 +166,62 @@ def command(**values) -> str:
 
 
 def get_grid(arg: str = '') -> study.Grid:
-  """All arms: `steps=N` per run, `seeds=N` for the arms in `seeded` (the others: seed 0 only),
-  `pcts=1+5+100` the data fractions of the data arm (remedies: 1 and 5 of them).
+  """All arms. Options: `steps=N` for every run or `steps=P:N+P:N` per data fraction (other
+  runs take those of the smallest fraction with as many images: `Plan.steps_for`); `seeds=N`
+  for the arms in `seeded` (the others: seed 0 only); `pcts=P+P` the fractions of the data arm
+  (remedies: 1 and 5 of them); `full_seeds=N` the seeds of the 100% column.
 
-  The default is the plan of docs/small_data_study.md (round 2): 3 seeds of the data, remedy and
-  pretraining arms at 1,500 steps. `runlocal`: 4 smoke runs.
+  The default is the plan of docs/small_data_study.md (round 2). `runlocal`: 4 smoke runs.
   """
   parts, runlocal = config_lib.parse_arg(arg)
-  opts = dict(seeds='3', steps='1500', seeded='data+remedies+pretrain', pcts='1+5+100')
+  opts = dict(seeds='3', steps='1:800+5:1200+100:1500', seeded='data+remedies+pretrain',
+              pcts='1+5+100', full_seeds='1')
   for part in parts:
     key, sep, value = part.partition('=')
     if not sep or key not in opts:
-      raise ValueError(f'Bad grid arg {part!r}; use seeds=N, steps=N, pcts=P+P, seeded=ARM+ARM '
-                       f'(of {"+".join(ARMS)}) and/or runlocal.')
+      raise ValueError(f'Bad grid arg {part!r}; use seeds=N, steps=N or steps=P:N+P:N, '
+                       f'pcts=P+P, full_seeds=N, seeded=ARM+ARM (of {"+".join(ARMS)}) and/or '
+                       'runlocal.')
     opts[key] = value
   seeded = opts['seeded'].split('+')
   if not set(seeded) <= set(ARMS):
     raise ValueError(f'Unknown arm in seeded={opts["seeded"]}; use arms of {"+".join(ARMS)}.')
-  base = dict(steps=opts['steps'], root='{out}/data', runlocal='1' if runlocal else '')
   pcts = tuple(int(p) for p in opts['pcts'].split('+'))
-  runs = smoke_runs(base) if runlocal else [
+  plan = Plan(pcts, parse_steps(opts['steps'], pcts), int(opts['full_seeds']))
+  base = dict(root='{out}/data', runlocal='1' if runlocal else '')
+  runs = smoke_runs(dict(base, steps=plan.steps[max(pcts)])) if runlocal else [
       r for s in range(int(opts['seeds']))  # Seed by seed: a cut grid still has every arm.
-      for name, arm in ARMS.items() if s == 0 or name in seeded for r in arm(base, s, pcts)]
+      for name, arm in ARMS.items() if s == 0 or name in seeded for r in arm(base, s, plan)]
   return study.Grid(runs=runs, tables=TABLES, folders='{out}/data', folder_limit=8 * runlocal)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """What a grid runs: data fractions, steps per fraction, seeds of the 100% column."""
+  pcts: Tuple[int, ...]
+  steps: Dict[int, int]
+  full_seeds: int
+
+  def pcts_of_seed(self, s: int, wanted: Tuple[int, ...] = ()) -> Tuple[int, ...]:
+    """The fractions (of `wanted`, default all) that seed `s` runs: 100% only below full_seeds."""
+    return tuple(p for p in (wanted or self.pcts) if p in self.pcts
+                 and (p != 100 or s < self.full_seeds))
+
+  def steps_for(self, images_pct: float) -> int:
+    """Steps of the smallest fraction with at least `images_pct`% of train/'s images (the
+    largest fraction's when none has): classes 5-9 at 10% hold 5% of the images."""
+    return self.steps[min((p for p in self.steps if p >= images_pct), default=max(self.steps))]
+
+
+def parse_steps(text: str, pcts: Tuple[int, ...]) -> Dict[int, int]:
+  """'1500' → that for every fraction; '1:800+5:1200+100:1500' → per fraction (all needed)."""
+  if ':' not in text:
+    return {p: int(text) for p in pcts}
+  steps = {int(p): int(n) for p, n in (item.split(':') for item in text.split('+'))}
+  missing = [p for p in pcts if p not in steps]
+  if missing:
+    raise ValueError(f'steps={text} names no steps for pct {missing}; add e.g. +{missing[0]}:1500.')
+  return steps
 
 
 def run(name: str, tags: Dict, base: Dict, **values) -> study.Run:
@@ -198,7 +232,7 @@ def teacher_flag(p: int, s: int) -> str:
   return f' --config.distill.teacher_path={{out}}/resnet_p{p}_s{s}/params.npz'
 
 
-def data_runs(base: Dict, s: int, pcts: Tuple[int, ...]) -> List[study.Run]:
+def data_runs(base: Dict, s: int, plan: Plan) -> List[study.Run]:
   """ResNet (first: it teaches the distilled ViTs), ViT, hybrid and Swin on each fraction.
 
   The plain ViT evaluates 4 times (its curves decide the budget); the others at the end.
@@ -208,8 +242,8 @@ def data_runs(base: Dict, s: int, pcts: Tuple[int, ...]) -> List[study.Run]:
   extra = {'vit': dict(remedy='none (ViT)'), 'hybrid': dict(remedy='hybrid stem'),
            'resnet': dict(remedy='ResNet (reference)'), 'swin': dict(remedy='Swin (locality)')}
   return [run(f'{m}_p{p}_s{s}', dict(arm='data', model=names[m], pct=p, seed=s, **extra[m]),
-              base, model=m, pct=p, seed=s, evals=4 if m == 'vit' else '')
-          for m in names for p in pcts]
+              base, model=m, pct=p, seed=s, steps=plan.steps[p], evals=4 if m == 'vit' else '')
+          for m in names for p in plan.pcts_of_seed(s)]
 
 
 REMEDY_RUNS = (  # (run-name suffix, table row, config values)
@@ -224,40 +258,41 @@ REMEDY_RUNS = (  # (run-name suffix, table row, config values)
 )
 
 
-def remedy_runs(base: Dict, s: int, pcts: Tuple[int, ...]) -> List[study.Run]:
+def remedy_runs(base: Dict, s: int, plan: Plan) -> List[study.Run]:
   """The ViT's remedies at 1% and 5% (baseline, hybrid and Swin cells: the data arm's runs)."""
   runs = []
-  for p in (p for p in pcts if p in (1, 5)):
+  for p in plan.pcts_of_seed(s, (1, 5)):
     for suffix, row, values in REMEDY_RUNS:
       teacher = teacher_flag(p, s) if values.get('remedy', '').startswith(('distill', 'combo')) \
           else ''
       values = dict(dict(model='vit'), **values)
       runs.append(run(f'vit_p{p}_s{s}_{suffix}', dict(remedy=row, pct=p, seed=s), base,
-                      pct=p, seed=s, extra=teacher, **values))
+                      pct=p, seed=s, steps=plan.steps[p], extra=teacher, **values))
   return runs
 
 
-def pretrain_runs(base: Dict, s: int, pcts: Tuple[int, ...]) -> List[study.Run]:
+def pretrain_runs(base: Dict, s: int, plan: Plan) -> List[study.Run]:
   """ViT and ResNet on classes 0-4 (all; once), then on 5-9 at 1%/10%: fine-tuned vs scratch."""
   runs = []
   for m, label in (('vit', 'ViT'), ('resnet', 'ResNet')):
     if s == 0:
-      runs.append(run(f'{m}_c0-4_pretrain', dict(arm='pretrain'), base, model=m, classes='0-4'))
+      runs.append(run(f'{m}_c0-4_pretrain', dict(arm='pretrain'), base, model=m, classes='0-4',
+                      steps=plan.steps_for(50)))
     init = f' --config.pretrained_path={{out}}/{m}_c0-4_pretrain/params.npz'
     for p in (1, 10):
+      common = dict(model=m, classes='5-9', pct=p, seed=s, steps=plan.steps_for(p / 2))
       runs += [run(f'{m}_c5-9_p{p}_s{s}_scratch', dict(init=f'{label} from scratch', pct=p,
-                                                       seed=s),
-                   base, model=m, classes='5-9', pct=p, seed=s),
+                                                       seed=s), base, **common),
                run(f'{m}_c5-9_p{p}_s{s}_finetune', dict(init=f'{label} pretrained on 0-4',
-                                                        pct=p, seed=s),
-                   base, model=m, classes='5-9', pct=p, seed=s, extra=init)]
+                                                        pct=p, seed=s), base, extra=init,
+                   **common)]
   return runs
 
 
-def posemb_runs(base: Dict, s: int, pcts: Tuple[int, ...]) -> List[study.Run]:
+def posemb_runs(base: Dict, s: int, plan: Plan) -> List[study.Run]:
   """Position embeddings at 5% ('learn' cells are the data arm's ViT runs)."""
   return [run(f'vit_p5_s{s}_pe-{pe}', dict(posemb=pe, pct=5, seed=s), base,
-              model='vit', pct=5, seed=s, posemb=pe)
+              model='vit', pct=5, seed=s, posemb=pe, steps=plan.steps_for(5))
           for pe in POSEMBS[1:]]
 
 

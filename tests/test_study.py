@@ -248,3 +248,16 @@ def test_a_runlocal_study_run_trains_and_reports(tmp_path, monkeypatch):
   text = study.report_markdown(grid, {record['name']: record}, str(tmp_path / 'report'), '.',
                                str(results))
   assert f'{100 * record["accuracy_test"]:.2f}' in text
+
+
+def test_grid_steps_per_fraction_reach_every_arm():
+  grid = study.load_grid(f'{STUDY_GRID}:steps=1:700+5:900+100:1100,seeds=3,full_seeds=1')
+  steps = {r.name: int(re.search(r'steps=(\d+)', r.command)[1]) for r in grid.runs}
+  assert (steps['vit_p1_s2'], steps['vit_p5_s2_dtok'], steps['resnet_p100_s0']) == (
+      700, 900, 1100)
+  # Classes 5-9 at 1% / 10% hold 0.5% / 5% of the images; classes 0-4 half of them.
+  assert (steps['resnet_c5-9_p1_s1_finetune'], steps['vit_c5-9_p10_s2_scratch'],
+          steps['vit_c0-4_pretrain']) == (700, 900, 1100)
+  assert 'resnet_p100_s1' not in steps  # full_seeds=1.
+  with pytest.raises(ValueError, match=r'names no steps for pct \[5, 100\]'):
+    study.load_grid(f'{STUDY_GRID}:steps=1:700')
