@@ -254,17 +254,18 @@ def run_record(run: Run, out: str) -> Dict[str, Any]:
   meta = _read_json(os.path.join(workdir, 'metadata.json')) if record['finished'] else None
   if meta is None:
     return record
-  steps, batch = int(meta['step']), int(meta['batch'])
+  steps, batch = int(meta['step']), meta.get('batch')  # Runs before round 2 lack the batch.
   flops, source = forward_flops(meta)
   teacher = teacher_metadata(command)
   teacher_flops = forward_flops(teacher)[0] if teacher else 0.
+  images = steps * int(batch) if batch else None
   record.update(
-      steps=steps, batch=batch, images_seen=steps * batch,
+      steps=steps, batch=batch, images_seen=images,
       accuracy_train=meta.get('accuracy_train'), accuracy_val=meta.get('accuracy_val'),
       accuracy_test=meta['accuracy'], num_examples_train=meta.get('num_examples_train'),
       num_examples_val=meta.get('num_examples_val'), num_examples_test=meta['num_examples'],
       forward_flops=flops, flops_source=source, teacher_forward_flops=teacher_flops,
-      train_flops=(TRAIN_FLOPS_FACTOR * flops + teacher_flops) * steps * batch)
+      train_flops=(TRAIN_FLOPS_FACTOR * flops + teacher_flops) * images if images else None)
   return record
 
 
@@ -342,8 +343,8 @@ def format_cell(names: Sequence[str], records: Mapping[str, Dict[str, Any]],
   """'87.12 ± 0.31 <sub>vit_p1_s0 vit_p1_s1</sub>'; unfinished runs are named, not averaged."""
   done = _values(names, records, metric)
   missing = len(names) - len(done)
-  if not done:
-    text = 'unfinished'
+  if not done:  # 'n/a': finished without this metric (e.g. a round-1 run has no accuracy_val).
+    text = 'n/a' if all(records.get(n, {}).get('finished') for n in names) else 'unfinished'
   else:
     mean, std = mean_std(done)
     text = f'{mean:.2f} ± {std:.2f}' if len(done) > 1 else f'{mean:.2f}'
@@ -411,7 +412,8 @@ def plot_compute(table: Table, runs: Sequence[Run], records: Mapping[str, Dict[s
   fig, ax = plt.subplots(figsize=(6.4, 4))
   for r in rows:
     names = [n for (row, _), ns in cells.items() if row == r for n in ns
-             if records.get(n, {}).get(table.metric) is not None]
+             if records.get(n, {}).get(table.metric) is not None
+             and records[n].get('train_flops') is not None]
     ax.scatter([records[n]['train_flops'] for n in names],
                [100 * records[n][table.metric] for n in names], label=str(r), alpha=.8)
   ax.set_xscale('log')
@@ -449,10 +451,14 @@ def runs_markdown(runs: Sequence[Run], records: Mapping[str, Dict[str, Any]]) ->
       continue
     lines.append(
         f'| {run.name} | {_pct(r["accuracy_train"])} | {_pct(r["accuracy_val"])} | '
-        f'{_pct(r["accuracy_test"])} | {r["steps"]} | {r["images_seen"]} | '
-        f'{r["forward_flops"] / 1e6:.1f} | {r["train_flops"] / 1e12:.2f} | '
+        f'{_pct(r["accuracy_test"])} | {r["steps"]} | {r["images_seen"] or ""} | '
+        f'{r["forward_flops"] / 1e6:.1f} | {_scaled(r["train_flops"], 1e12)} | '
         f'{_fmt_wall(r["wall_s"])} | `{r["command"]}` |')
   return '\n'.join(lines)
+
+
+def _scaled(value: Optional[float], unit: float) -> str:
+  return '' if value is None else f'{value / unit:.2f}'
 
 
 def _fmt_wall(seconds: float) -> str:
