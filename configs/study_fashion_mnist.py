@@ -239,7 +239,7 @@ def data_runs(base: Dict, s: int, plan: Plan) -> List[study.Run]:
   """
   names = {'resnet': 'ResNet', 'vit': 'ViT', 'hybrid': 'hybrid', 'swin': 'Swin'}
   # The same runs are the remedies' baseline, hybrid-stem and locality rows.
-  extra = {'vit': dict(remedy='none (ViT)'), 'hybrid': dict(remedy='hybrid stem'),
+  extra = {'vit': dict(remedy='none (ViT)', posemb='learn'), 'hybrid': dict(remedy='hybrid stem'),
            'resnet': dict(remedy='ResNet (reference)'), 'swin': dict(remedy='Swin (locality)')}
   return [run(f'{m}_p{p}_s{s}', dict(arm='data', model=names[m], pct=p, seed=s, **extra[m]),
               base, model=m, pct=p, seed=s, steps=plan.steps[p], evals=4 if m == 'vit' else '')
