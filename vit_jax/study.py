@@ -1,4 +1,4 @@
-r"""Runs a grid of training runs one by one, resumably, and tabulates them from their run dirs.
+r"""Runs a grid of training runs one by one, resumably; records each in a results file to tabulate.
 
   python -m vit_jax.study --grid=configs/study_fashion_mnist.py --out=runs/study
   python -m vit_jax.study --grid=configs/study_fashion_mnist.py --out=runs/study \
