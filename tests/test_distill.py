@@ -92,6 +92,45 @@ def test_train_step_loss_runs_the_teacher_on_the_batch(kind, accum_steps):
   np.testing.assert_allclose(float(metrics['loss']), want, rtol=2e-5)
 
 
+def numpy_token_loss(cls_logits, dist_logits, labels, teacher_logits, kind, alpha=0.5, tau=1.):
+  """DeiT with a distillation token: class head on the labels, distillation head on the teacher."""
+  true = -(labels * _log_softmax(cls_logits)).sum(-1)
+  return (1 - alpha) * true + alpha * numpy_loss(dist_logits, labels, teacher_logits, kind, 1., tau)
+
+
+@pytest.mark.parametrize('kind', ['hard', 'soft'])
+def test_distilled_student_trains_its_token_head_on_the_teacher(kind):
+  """distilled=True: the loss routes the teacher to head_dist and the labels to head."""
+  config = make_config(distill=dict(kind=kind, temperature=2., alpha=0.3))
+  config.model.distilled = True
+  student = models.get_model(config.model, num_classes=4)
+  teacher_model = models.get_model('testing', num_classes=4)
+  x = np.random.default_rng(0).uniform(-1, 1, (8, 32, 32, 3)).astype(np.float32)
+  labels = np.eye(4, dtype=np.float32)[np.random.default_rng(1).integers(0, 4, 8)]
+  init = lambda m, seed: perturb(m.init(jax.random.key(seed), x[:1], train=False)['params'],  # noqa: E731
+                                 seed, 0.5)
+  params, teacher_params = init(student, 0), init(teacher_model, 1)
+  assert 'head_dist' in params and 'dist' in params
+  cls_logits, dist_logits = map(np.asarray, distill.head_logits(student, params, x,
+                                                                jax.random.key(0)))
+  assert np.abs(cls_logits - dist_logits).max() > 1e-3  # Two different heads.
+  np.testing.assert_allclose(student.apply({'params': params}, x, train=False),
+                             (cls_logits + dist_logits) / 2, rtol=1e-5, atol=1e-6)
+  mesh = parallel.make_mesh()
+  tx = optim.make_optimizer(config, optim.learning_rate_schedule(
+      total_steps=10, base_lr=0.1, decay_type='cosine', warmup_steps=1))
+  teacher = distill.Teacher(teacher_model, parallel.put_replicated(teacher_params, mesh))
+  step = train.make_train_step(student, tx, config, mesh, teacher=teacher)
+  state = {'params': parallel.put_replicated(params, mesh), 'opt_state': tx.init(params),
+           'step': jnp.zeros((), jnp.int32), 'rng': jax.random.key_data(jax.random.key(0))}
+  _, metrics = step(state, parallel.put_batch({'image': x, 'label': labels}, mesh))
+  t_logits = np.asarray(teacher_model.apply({'params': teacher_params}, x, train=False))
+  want = numpy_token_loss(cls_logits, dist_logits, labels, t_logits, kind, 0.3, 2.).mean()
+  np.testing.assert_allclose(float(metrics['loss']), want, rtol=2e-5)
+  mean_head = numpy_loss((cls_logits + dist_logits) / 2, labels, t_logits, kind, 0.3, 2.).mean()
+  assert abs(mean_head - want) > 1e-3  # The class-token route would give another loss.
+
+
 def write_teacher(path, num_classes=10):
   model = models.get_model('testing', num_classes=num_classes)
   params = model.init(jax.random.key(3), jnp.zeros((1, 32, 32, 3)), train=False)['params']

@@ -111,6 +111,19 @@ def test_overlapping_train_and_eval_splits_are_an_error(tmp_path, splits, train,
   assert '--config.pp.train=' in message and len(message.splitlines()) == 1
 
 
+def test_a_validation_split_that_shares_training_images_is_an_error(tmp_path):
+  root = write_folder(tmp_path)
+  config = make_config(root, 'train[:50%]', 'test')
+  config.pp.val = 'train[45%:55%]'
+  with pytest.raises(ValueError) as error:
+    input_pipeline.get_dataset_info(config)
+  message = str(error.value)
+  assert 'share 5 examples' in message and '--config.pp.val=' in message
+  assert len(message.splitlines()) == 1
+  config.pp.val = 'train[90%:]'
+  assert input_pipeline.get_dataset_info(config).num_train_examples == 50
+
+
 @pytest.mark.parametrize('splits,train,test,sizes', [
     (('train',), 'train', 'test', (98, 2)),
     (('train',), 'train[:98%]', 'train[98%:]', (98, 2)),

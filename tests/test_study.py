@@ -1,15 +1,19 @@
 """The study runner: commands, skip/rerun of runs, tables from run directories, image folders."""
 
+import importlib.util
 import json
 import os
 import re
+import shutil
 import sys
+import types
 
 import numpy as np
 import pytest
 
 from test_fashion_mnist import write_idx_gz
 from vit_jax import fashion_mnist
+from vit_jax import flops
 from vit_jax import study
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -56,26 +60,37 @@ def test_runner_skips_finished_runs_and_reruns_unfinished_ones(tmp_path, fake_tr
   grid = study.Grid(runs=[study.Run('a', f'python {fake_trainer} 0.5 1'),
                           study.Run('b', f'python {fake_trainer} 0.7 2')])
   assert study.run_grid(grid, str(out), log=lambda _: None) == ['b']  # b stops before exporting.
-  assert study.read_result(str(out / 'b')).accuracy is None
+  assert not study.is_finished(str(out / 'b'))
   assert study.run_grid(grid, str(out), log=lambda _: None) == []
   assert (calls(out, 'a'), calls(out, 'b')) == (1, 2)  # a was skipped, b continued.
   state = json.loads((out / 'b' / study.STATE_FILE).read_text())
   assert [a['returncode'] for a in state['attempts']] == [3, 0]
   assert state['command'].startswith(sys.executable) and state['command'].endswith(
       f'--workdir={out / "b"}')
-  result = study.read_result(str(out / 'b'))
-  assert result.accuracy == 0.7 and result.attempts == 2
-  assert result.wall_s == pytest.approx(sum(a['wall_s'] for a in state['attempts']))
+  assert study.is_finished(str(out / 'b'))
 
 
-def fake_run_dir(out, name, accuracy):
+def fake_run_dir(out, name, accuracy, **extra):
+  """A finished run directory as train.py leaves it (the study ViT at 28px, batch 128)."""
   os.makedirs(out / name)
   (out / name / 'params.npz').write_bytes(b'')
-  (out / name / 'metadata.json').write_text(json.dumps({'accuracy': accuracy,
-                                                        'num_examples': 10_000}))
+  model = STUDY_CONFIG.model_config(extra.pop('model', 'vit')).to_dict()
+  (out / name / 'metadata.json').write_text(json.dumps(dict(
+      accuracy=accuracy, num_examples=10_000, model=model, image_size=28, num_classes=10,
+      step=100, batch=128, **extra)))
 
 
-def test_report_tables_average_seeds_and_name_their_runs(tmp_path):
+def load_study_config():
+  spec = importlib.util.spec_from_file_location('study_fashion_mnist', STUDY_GRID)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+STUDY_CONFIG = load_study_config()
+
+
+def test_report_is_regenerated_from_the_results_file_alone(tmp_path):
   out = tmp_path / 'out'
   runs = [study.Run(f'{m}_p{p}_s{s}', f'python -m vit_jax.main --config=c.py:{m},{p},{s}',
                     dict(model=m, pct=p, seed=s)) for m in ('vit', 'cnn') for p in (1, 100)
@@ -83,12 +98,21 @@ def test_report_tables_average_seeds_and_name_their_runs(tmp_path):
   accuracies = {'vit_p1_s0': .60, 'vit_p1_s1': .62, 'vit_p100_s0': .80, 'vit_p100_s1': .84,
                 'cnn_p1_s0': .70, 'cnn_p1_s1': .70, 'cnn_p100_s0': .86}  # cnn_p100_s1 unfinished.
   for name, accuracy in accuracies.items():
-    fake_run_dir(out, name, accuracy)
-  grid = study.Grid(runs=runs, tables=[study.Table('size', 'Size', row='model', col='pct',
-                                                   col_label='% ', log_x=True)])
+    fake_run_dir(out, name, accuracy, accuracy_val=accuracy - .01, accuracy_train=1.,
+                 num_examples_val=6000, num_examples_train=600)
+  grid = study.Grid(runs=runs, tables=[
+      study.Table('size', 'Size', row='model', col='pct', col_label='% ', log_x=True),
+      study.Table('size_val', 'Val', row='model', col='pct', metric='accuracy_val')])
+  results = tmp_path / 'docs' / 'results.jsonl'
+  study.update_results(str(results), grid, str(out))
+  lines = results.read_text().splitlines()
+  assert [json.loads(line)['name'] for line in lines] == sorted(
+      accuracies, key=[r.name for r in runs].index)  # Grid order; no line for cnn_p100_s1.
+  shutil.rmtree(out)  # The report needs the file only.
   doc = tmp_path / 'doc.md'
   doc.write_text(f'intro\n{study.DOC_BEGIN}\nold\n{study.DOC_END}\noutro\n')
-  text = study.report_markdown(grid, str(out), str(tmp_path / 'figs'), 'figs')
+  records = study.read_results(str(results))
+  text = study.report_markdown(grid, records, str(tmp_path / 'figs'), 'figs', str(results))
   study.write_into_doc(str(doc), text)
   lines = text.splitlines()
   assert '| model | % 1 | % 100 |' in lines
@@ -96,16 +120,76 @@ def test_report_tables_average_seeds_and_name_their_runs(tmp_path):
           '82.00 ± 2.83 <sub>vit_p100_s0 vit_p100_s1</sub> |') in lines
   assert ('| cnn | 70.00 ± 0.00 <sub>cnn_p1_s0 cnn_p1_s1</sub> | '
           '86.00 (1 unfinished) <sub>cnn_p100_s0 cnn_p100_s1</sub> |') in lines
+  assert '| vit | 60.00 ± 1.41 <sub>vit_p1_s0 vit_p1_s1</sub> |' in text  # The val table.
   assert '7 of 8 runs finished' in text and '![Size](figs/size.png)' in text
-  assert f'| {out}/cnn_p100_s1 | unfinished |' in text
-  assert '`python -m vit_jax.main --config=c.py:vit,1,0` |' in text
-  assert (tmp_path / 'figs' / 'size.png').stat().st_size > 1000
+  assert '| cnn_p100_s1 | | | unfinished |' in text
+  flops = STUDY_CONFIG_FLOPS()
+  assert (f'| vit_p1_s0 | 100.00 | 59.00 | 60.00 | 100 | 12800 | {flops / 1e6:.1f} | '
+          f'{3 * flops * 12800 / 1e12:.2f} | 0m00s | `python -m vit_jax.main '
+          f'--config=c.py:vit,1,0 --workdir={out}/vit_p1_s0` |') in lines
+  for png in ('size.png', 'size_compute.png', 'size_val.png'):
+    assert (tmp_path / 'figs' / png).stat().st_size > 1000
   content = doc.read_text()
   assert content.startswith('intro\n') and content.endswith('outro\n') and 'old' not in content
 
 
+def STUDY_CONFIG_FLOPS():  # noqa: N802
+  """The study ViT's forward FLOPs per image at 28px, by vit_jax.flops."""
+  return flops.count_flops(STUDY_CONFIG.model_config('vit'), 28, 10)['total']
+
+
+def test_record_counts_compute_from_steps_batch_flops_and_the_teacher(tmp_path):
+  out = tmp_path / 'out'
+  fake_run_dir(out, 'teacher', .9, model='resnet')
+  fake_run_dir(out, 'student', .8)
+  run = study.Run('student', 'python -m vit_jax.main --config=c.py '
+                  '--config.distill.teacher_path={out}/teacher/params.npz')
+  record = study.run_record(run, str(out))
+  vit = STUDY_CONFIG_FLOPS()
+  resnet = flops.xla_flops(STUDY_CONFIG.model_config('resnet'), 28, 10)
+  assert 30e6 < resnet < 45e6 and 15e6 < vit < 25e6  # The issue's 37 and 19 MFLOPs.
+  assert record['images_seen'] == 100 * 128 and record['forward_flops'] == vit
+  assert record['teacher_forward_flops'] == pytest.approx(resnet)
+  assert record['train_flops'] == pytest.approx((3 * vit + resnet) * 100 * 128)
+  assert record['flops_source'] == 'vit_jax.flops'
+  assert study.run_record(study.Run('teacher', 'python x'), str(out))['flops_source'] == (
+      'xla cost analysis')
+
+
+def test_a_broken_results_line_is_one_clear_error(tmp_path):
+  path = tmp_path / 'results.jsonl'
+  path.write_text('{"name": "a"}\n{"name": \n')
+  with pytest.raises(ValueError, match=r'results.jsonl:2 is not a JSON line'):
+    study.read_results(str(path))
+
+
+def test_seeds_take_different_slices_and_validation_is_disjoint_from_all_of_them():
+  """Every run of the default grid: its train slice misses train[90%:]; seeds differ."""
+  grid = study.load_grid(STUDY_GRID)
+  size, slices = 60_000, {}
+  for run in grid.runs:
+    arg = re.search(r'--config=\S+?:(\S+)', run.command)[1]
+    config = STUDY_CONFIG.get_config(arg)
+    train, val, train_eval = (index_set(config.pp[k], size) for k in ('train', 'val',
+                                                                       'train_eval'))
+    assert val == set(range(54_000, 60_000)) and not train & val, run.name
+    assert train_eval <= train and 0 < len(train_eval) <= 3000, run.name
+    slices.setdefault((run.tags.get('pct'), run.tags.get('seed')), train)
+  for pct in (1, 5):
+    seeds = [slices[(pct, s)] for s in range(3)]
+    assert all(len(x) == 600 * pct for x in seeds)
+    assert not seeds[0] & seeds[1] and not seeds[1] & seeds[2] and not seeds[0] & seeds[2]
+
+
+def index_set(spec, size):
+  import tensorflow_datasets as tfds
+  sizes = {'train': types.SimpleNamespace(num_examples=size)}
+  (part,) = tfds.core.ReadInstruction.from_spec(spec).to_absolute(sizes)
+  return set(range(part.from_ or 0, size if part.to is None else part.to))
+
+
 def test_study_grid_lists_dependencies_before_their_users():
-  for arg in ('', 'runlocal', 'seeds=1,steps=50'):
+  for arg in ('', 'runlocal', 'seeds=1,steps=50,pcts=1+5', 'seeded=data+remedies'):
     grid = study.load_grid(f'{STUDY_GRID}:{arg}')
     seen = set()
     for run in grid.runs:
@@ -113,7 +197,7 @@ def test_study_grid_lists_dependencies_before_their_users():
         assert dependency in seen, f'{run.name} uses {dependency} before it runs'
       seen.add(run.name)
     for table in grid.tables if arg != 'runlocal' else ():  # Every table has cells.
-      assert study.table_cells(table, grid.runs, {})[2], (arg, table.name)
+      assert study.table_cells(table, grid.runs)[2], (arg, table.name)
 
 
 def write_idx(folder, counts):
@@ -149,7 +233,31 @@ def test_a_runlocal_study_run_trains_and_reports(tmp_path, monkeypatch):
   grid = study.load_grid(f'{STUDY_GRID}:runlocal')
   grid = study.Grid(runs=grid.runs[:1], tables=grid.tables[:1], folders=grid.folders,
                     folder_limit=grid.folder_limit)
-  assert study.run_grid(grid, str(out), log=lambda _: None) == []
-  text = study.report_markdown(grid, str(out), str(tmp_path / 'report'), '.')
-  result = study.read_result(str(out / grid.runs[0].name))
-  assert result.num_examples == 20 and f'{100 * result.accuracy:.2f}' in text
+  results = tmp_path / 'results.jsonl'
+  assert study.run_grid(grid, str(out), log=lambda _: None, results=str(results)) == []
+  (record,) = study.read_results(str(results)).values()
+  # 80 train images: train[0%:50%] trained, its first 5% (4) for train accuracy, train[90%:]
+  # (8) for validation; the 20 test images.
+  assert (record['num_examples_train'], record['num_examples_val'],
+          record['num_examples_test']) == (4, 8, 20)
+  assert all(0 <= record[f'accuracy_{k}'] <= 1 for k in ('train', 'val', 'test'))
+  assert record['images_seen'] == record['steps'] * record['batch'] > 0
+  assert record['command'].startswith('python -m vit_jax.main --config=configs/study_fashion')
+  metrics = [json.loads(line) for line in (out / record['name'] / 'metrics.jsonl').open()]
+  assert metrics[-1]['accuracy_val'] == record['accuracy_val']
+  text = study.report_markdown(grid, {record['name']: record}, str(tmp_path / 'report'), '.',
+                               str(results))
+  assert f'{100 * record["accuracy_test"]:.2f}' in text
+
+
+def test_grid_steps_per_fraction_reach_every_arm():
+  grid = study.load_grid(f'{STUDY_GRID}:steps=1:700+5:900+100:1100,seeds=3,full_seeds=1')
+  steps = {r.name: int(re.search(r'steps=(\d+)', r.command)[1]) for r in grid.runs}
+  assert (steps['vit_p1_s2'], steps['vit_p5_s2_dtok'], steps['resnet_p100_s0']) == (
+      700, 900, 1100)
+  # Classes 5-9 at 1% / 10% hold 0.5% / 5% of the images; classes 0-4 half of them.
+  assert (steps['resnet_c5-9_p1_s1_finetune'], steps['vit_c5-9_p10_s2_scratch'],
+          steps['vit_c0-4_pretrain']) == (700, 900, 1100)
+  assert 'resnet_p100_s1' not in steps  # full_seeds=1.
+  with pytest.raises(ValueError, match=r'names no steps for pct \[5, 100\]'):
+    study.load_grid(f'{STUDY_GRID}:steps=1:700')

@@ -362,3 +362,20 @@ def test_inference_time_trainer(tmp_path):
       steps=2, initial_steps=1))
   result = main.get_trainer(config.trainer)(config, str(tmp_path))
   assert result['imgs_sec_core_median'] > 0
+
+
+def test_validation_and_train_subset_accuracies_use_their_splits(tmp_path, mock_cifar10):
+  """pp.val and pp.train_eval are evaluated with the final params on their own splits: a
+  train_eval split equal to the test split gives the test accuracy exactly."""
+  workdir = tmp_path / 'run'
+  config = make_config(eval_every=6)
+  config.pp.update(dict(train='train[:50%]', val='train[50%:]', train_eval='test'))
+  result = train.train_and_evaluate(config, str(workdir))
+  # (Mock data serves 10 examples for any split; the folder tests pin slice sizes.)
+  assert result['num_examples_train'] == result['num_examples'] == 10
+  assert result['accuracy_train'] == result['accuracy']
+  metadata = json.loads((workdir / 'metadata.json').read_text())
+  assert metadata['accuracy_val'] == result['accuracy_val'] and metadata['batch'] == 4
+  logged = [json.loads(line) for line in (workdir / 'metrics.jsonl').open()]
+  assert logged[-1]['accuracy_val'] == result['accuracy_val']
+  assert logged[-1]['accuracy_train'] == result['accuracy_train']

@@ -44,6 +44,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.pp = ml_collections.ConfigDict()
   c.pp.train = 'train'  # Train split (TFDS slicing syntax).
   c.pp.test = 'test'  # Evaluation split; evaluated completely (last batch padded + masked).
+  c.pp.val = ''  # Validation split evaluated beside test (accuracy_val), for choices; '' = none.
+  c.pp.train_eval = ''  # A subset of pp.train evaluated as pp.test is (accuracy_train); '' = none.
   c.pp.crop = 384  # Input resolution (square); a multiple of the patch size.
   c.pp.train_aug = 'inception'  # 'inception' (crop 5-100% + flip), 'pad_flip', 'flip', 'none'.
   c.pp.area_min = 0.05  # Smallest crop area of the 'inception' crop (official: 5%).

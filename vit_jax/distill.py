@@ -1,14 +1,16 @@
 """Knowledge distillation from a fixed teacher checkpoint (DeiT, Touvron et al. 2021).
 
-The student keeps its single head: the true-label loss and the distillation loss are averaged on
-it (DeiT's separate distillation token is not built). The teacher is loaded once from an npz,
+A student with a distillation token (`distilled=True`: a `dist` token and its own `head_dist`)
+is trained as DeiT is: the class head on the true labels, the distillation head on the teacher's
+targets (`head_logits`); its output at evaluation is the mean of both heads. Any other student
+keeps its single head, and both losses are averaged on it. The teacher is loaded once from an npz,
 replicated on the mesh and passed into the jitted train step, where it runs with `train=False`
 on the same sharded batch under `stop_gradient`. Nothing is added to the train state, so a
 resumed run recomputes the same teacher outputs and stays exact.
 """
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -65,6 +67,20 @@ def distill_loss(config: Any, logits: jax.Array, teacher_logits: jax.Array,
     return hard_loss(logits, teacher_logits, config.distill.alpha, true_loss)
   return soft_loss(logits, teacher_logits, config.distill.alpha, config.distill.temperature,
                    true_loss)
+
+
+def uses_token(model: Any) -> bool:
+  """Whether `model` has a distillation token and head (a ViT built with distilled=True)."""
+  return bool(getattr(model, 'distilled', False))
+
+
+def head_logits(model: Any, params: Any, images: jax.Array,
+                rng: jax.Array) -> Tuple[jax.Array, jax.Array]:
+  """A distilled ViT's training-mode (class head, distillation head) logits, each [B, C]."""
+  _, state = model.apply({'params': params}, images, train=True, rngs={'dropout': rng},
+                         mutable=['intermediates'])
+  inter = state['intermediates']
+  return inter['head_logits'][0], inter['head_dist_logits'][0]
 
 
 def teacher_logits(teacher: Teacher, teacher_params: Any, images: jax.Array) -> jax.Array:

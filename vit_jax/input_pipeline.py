@@ -157,6 +157,7 @@ def get_dataset_info(config: Any) -> DatasetInfo:
           f'{source.describe(spec)} has no examples: nothing to train on or evaluate. Give it '
           'some, e.g. --config.pp.train=train[:80%] --config.pp.test=train[80%:] (or add a '
           'test/ folder).')
+  _check_val_disjoint(source, config)
   shared = source.overlap(train, test)
   if shared:
     raise SplitOverlapError(
@@ -168,6 +169,18 @@ def get_dataset_info(config: Any) -> DatasetInfo:
                source.describe(train), info.num_train_examples, source.describe(test),
                info.num_test_examples)
   return info
+
+
+def _check_val_disjoint(source: '_Source', config: Any) -> None:
+  """pp.val guides choices made after seeing results: it may share no image with pp.train."""
+  if not config.pp.val:
+    return
+  shared = source.overlap(config.pp.train, config.pp.val)
+  if shared:
+    raise SplitOverlapError(
+        f'config.pp.train={config.pp.train!r} and config.pp.val={config.pp.val!r} share {shared} '
+        'examples: validation accuracy would be measured on training images. Carve them apart, '
+        'e.g. --config.pp.train=train[:90%] --config.pp.val=train[90%:].')
 
 
 def get_train_data(config: Any, *, start_batch: int = 0) -> Iterator[Batch]:
@@ -312,14 +325,17 @@ def _skipping_stream(config: Any, split: _Split, start: int, local_batch: int,
                                                       'label': example['label']}))
 
 
-def get_eval_data(config: Any) -> EvalData:
-  """All of `config.pp.test`, resized to `pp.crop`, split over processes, padded and masked."""
+def get_eval_data(config: Any, spec: Optional[str] = None) -> EvalData:
+  """All of split `spec` (default `config.pp.test`), resized to `pp.crop`, split over processes,
+  padded and masked."""
+  spec = config.pp.test if spec is None else spec
   source = _open(config)
-  split = source.split(config.pp.test)
+  split = source.split(spec)
   local_batch = _local_batch(config.batch_eval, 'batch_eval')
   num_batches = -(-max(split.shares) // local_batch)
   if num_batches == 0:
-    raise ValueError(f'Eval split {config.pp.test!r} is empty; check config.pp.test.')
+    raise ValueError(f'Eval split {spec!r} is empty; check config.pp.test, pp.val and '
+                     'pp.train_eval.')
   crop, num_classes = _crop(config), len(source.class_names)
   normalize = make_normalize(config.pp.mean, config.pp.std)
 

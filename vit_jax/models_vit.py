@@ -430,8 +430,13 @@ class VisionTransformer(nn.Module):
     self.sow_features('pre_logits', (tokens[:, 0] + tokens[:, 1]) / 2)
     if not self.num_classes:
       return ((tokens[:, 0] + tokens[:, 1]) / 2).astype(jnp.float32)
-    logits = (self._head('head')(tokens[:, 0]) + self._head('head_dist')(tokens[:, 1])) / 2
-    return logits.astype(jnp.float32)
+    head = self._head('head')(tokens[:, 0]).astype(jnp.float32)
+    head_dist = self._head('head_dist')(tokens[:, 1]).astype(jnp.float32)
+    # Each head on its own, for DeiT training (`distill.head_logits`): class head on the labels,
+    # distillation head on the teacher.
+    self.sow_features('head_logits', head)
+    self.sow_features('head_dist_logits', head_dist)
+    return (head + head_dist) / 2
 
   def sow_features(self, name: str, x: Array) -> Array:
     """Records `x` in the 'intermediates' collection when it is mutable (for feature tools)."""

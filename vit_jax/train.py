@@ -147,10 +147,14 @@ def make_train_step(model: Any, tx: optax.GradientTransformation, config: Any, m
   mixup_alpha = float(config.mixup)
 
   def loss_fn(params, images, labels, rng, teacher_params):
-    logits = model.apply({'params': params}, images, train=True, rngs={'dropout': rng})
+    if teacher is not None and distill.uses_token(model):  # DeiT: a head per target.
+      logits, dist_logits = distill.head_logits(model, params, images, rng)
+    else:
+      logits = dist_logits = model.apply({'params': params}, images, train=True,
+                                         rngs={'dropout': rng})
     loss = compute_loss(logits, labels, loss_kind, smoothing)
     if teacher is not None:
-      loss = distill.distill_loss(config, logits,
+      loss = distill.distill_loss(config, dist_logits,
                                   distill.teacher_logits(teacher, teacher_params, images), loss)
     return loss.mean()
 
@@ -598,19 +602,36 @@ def log_weight_average(config: Any, total: int) -> None:
                     100 * initial, total)
 
 
-def run_eval(trainer: Trainer, eval_step: Callable, state: State, eval_data: Any,
+def get_eval_splits(config: Any) -> Dict[str, Any]:
+  """{'test': pp.test} plus 'val' (pp.val) and 'train' (pp.train_eval) when set, as EvalData."""
+  specs = dict(test=config.pp.test, val=config.pp.val, train=config.pp.train_eval)
+  return {name: input_pipeline.get_eval_data(config, spec) for name, spec in specs.items() if spec}
+
+
+def run_eval(trainer: Trainer, eval_step: Callable, state: State, eval_data: Mapping[str, Any],
              progress: ProgressLog, step: int) -> Dict[str, float]:
-  """Evaluates `final_params(state)`; with a weight average, the raw weights too (`_raw`)."""
+  """Evaluates `final_params(state)` on every split of `eval_data` ('test' first; the others'
+  metrics get the split's suffix: accuracy_val, accuracy_train); with a weight average, the raw
+  weights on test too (`_raw`)."""
   start = time.time()
-  result = evaluate(eval_step, final_params(state), eval_data, trainer.mesh)
+  result = evaluate(eval_step, final_params(state), eval_data['test'], trainer.mesh)
   seconds = time.time() - start
   logging.info('Step %d: test accuracy=%.4f loss=%.4f on %d examples (%.1fs)', step,
                result['accuracy'], result['loss'], result['num_examples'], seconds)
   scalars = {'accuracy_test': result['accuracy'], 'loss_test': result['loss'],
              'img_sec_core_test': result['num_examples'] / max(seconds, 1e-9)
              / jax.device_count()}
+  for name, data in eval_data.items():
+    if name == 'test':
+      continue
+    other = evaluate(eval_step, final_params(state), data, trainer.mesh)
+    logging.info('Step %d: %s accuracy=%.4f loss=%.4f on %d examples', step, name,
+                 other['accuracy'], other['loss'], other['num_examples'])
+    scalars.update({f'accuracy_{name}': other['accuracy'], f'loss_{name}': other['loss']})
+    result = dict(result, **{f'accuracy_{name}': other['accuracy'],
+                             f'num_examples_{name}': other['num_examples']})
   if 'ema_params' in state:
-    raw = evaluate(eval_step, state['params'], eval_data, trainer.mesh)
+    raw = evaluate(eval_step, state['params'], eval_data['test'], trainer.mesh)
     logging.info('Step %d: test accuracy of the raw (not averaged) weights=%.4f', step,
                  raw['accuracy'])
     scalars.update(accuracy_test_raw=raw['accuracy'], loss_test_raw=raw['loss'])
@@ -637,8 +658,11 @@ def export_params(trainer: Trainer, params: Any, workdir: str, result: Dict[str,
       model_config=config.model, image_size=config.pp.crop, mean=tuple(config.pp.mean),
       std=tuple(config.pp.std), class_names=trainer.info.class_names, dataset=config.dataset,
       step=trainer.total_steps,
+      batch=config.batch,
       accuracy=result.get('accuracy'), num_examples=result.get('num_examples'),
-      weights=weights, **extra)
+      weights=weights, **extra, **{k: v for k, v in result.items()
+                                   if k.startswith(('accuracy_', 'num_examples_'))
+                                   and k != 'accuracy_raw'})
   # The description goes inside the npz too: a renamed copy still says what model it is.
   path = checkpoint.save(host, os.path.join(workdir, checkpoint.PARAMS_FILE),
                          metadata=checkpoint.describe_run(**description))
@@ -737,7 +761,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   writer = metric_writers.create_default_writer(workdir, just_logging=jax.process_index() > 0)
   progress = ProgressLog(writer, trainer.total_steps, start, config.batch,
                          os.path.join(workdir, 'metrics.jsonl'))
-  eval_data = input_pipeline.get_eval_data(config)
+  eval_data = get_eval_splits(config)
   eval_step = make_eval_step(trainer.model, trainer.mesh, state_shardings(trainer)['params'],
                              config.loss)
   try:
