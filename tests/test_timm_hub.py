@@ -262,8 +262,16 @@ def check_run_normalization(workdir, folder, config, tmp_path):
     cfg = json.load(f)['pretrained_cfg']
   mean, std = tuple(cfg['mean']), tuple(cfg['std'])
   assert mean != timm_format.OFFICIAL_MEAN  # DINOv2: ImageNet's.
-  normalised = train.with_checkpoint_normalization(train.with_checkpoint_model(config))
+  normalised = train.with_checkpoint_normalization(train.with_checkpoint_model(config), workdir)
   assert (tuple(normalised.pp.mean), tuple(normalised.pp.std)) == (mean, std)
+  # Recorded in the run: a resume decides the same even when the pretrained folder is gone.
+  moved = str(tmp_path / 'moved_away')
+  os.rename(folder, moved)
+  try:
+    resumed = train.with_checkpoint_normalization(config, workdir)
+    assert (tuple(resumed.pp.mean), tuple(resumed.pp.std)) == (mean, std)
+  finally:
+    os.rename(moved, folder)
   eval_data = input_pipeline.get_eval_data(normalised)
   fed = np.concatenate([b['image'] for b in eval_data.dataset.as_numpy_iterator()])
   files = sorted(glob.glob(os.path.join(config.dataset, 'test', '*', '*.png')))
@@ -272,7 +280,7 @@ def check_run_normalization(workdir, folder, config, tmp_path):
     assert np.abs(want - image).max(axis=(1, 2, 3)).min() < 1e-6
   mine = config.copy_and_resolve_references()
   mine.pp.mean = (0.4, 0.4, 0.4)  # The user's own value wins.
-  assert train.with_checkpoint_normalization(mine).pp.mean == (0.4, 0.4, 0.4)
+  assert train.with_checkpoint_normalization(mine, workdir).pp.mean == (0.4, 0.4, 0.4)
   with open(os.path.join(workdir, 'metadata.json')) as f:
     preprocessing = json.load(f)['preprocessing']
   assert (tuple(preprocessing['mean']), tuple(preprocessing['std'])) == (mean, std)

@@ -708,27 +708,43 @@ def with_checkpoint_model(config: ml_collections.ConfigDict) -> ml_collections.C
   return config.lock()
 
 
-def with_checkpoint_normalization(config: ml_collections.ConfigDict
+NORMALIZATION_FILE = 'input_normalization.json'
+
+
+def with_checkpoint_normalization(config: ml_collections.ConfigDict, workdir: str
                                   ) -> ml_collections.ConfigDict:
   """`config` with `pp.mean`/`pp.std` of the weights `config.pretrained_path` holds.
 
   Only when the config leaves them at the official default and the weights expect others
   (CLIP's, DINOv2's or Swin's ImageNet values in a timm config.json, or a run fine-tuned with
-  them): then training, eval and the exported metadata all use the weights' values. A resumed
-  run decides the same way, so its inputs never change midway.
+  them): then training, eval and the exported metadata all use the weights' values. The choice
+  is recorded in `workdir/input_normalization.json` on first start and read back on resume, so
+  a resumed run's inputs never change midway, even when the pretrained file is gone by then.
   """
   pp = config.pp
-  if not config.pretrained_path or not input_pipeline.is_official_normalization(pp.mean, pp.std):
+  if not input_pipeline.is_official_normalization(pp.mean, pp.std):
     return config
-  path = checkpoint.resolve_name(config.pretrained_path)
-  if checkpoint.is_remote(path) or checkpoint.check_available(path):
-    return config  # A published npz (official inputs), or missing: preflight says so.
-  mean, std = checkpoint.input_normalization(path)
+  recorded = os.path.join(workdir, NORMALIZATION_FILE)
+  if os.path.isfile(recorded):
+    with open(recorded, encoding='utf-8') as f:
+      saved = json.load(f)
+    mean, std = tuple(saved['mean']), tuple(saved['std'])
+  elif config.pretrained_path:
+    path = checkpoint.resolve_name(config.pretrained_path)
+    if checkpoint.is_remote(path) or checkpoint.check_available(path):
+      return config  # A published npz (official inputs), or missing: preflight says so.
+    mean, std = checkpoint.input_normalization(path)
+  else:
+    return config
   if input_pipeline.is_official_normalization(mean, std):
     return config
   logging.info('Input normalisation of %s: (x / 255 - mean) / std with mean %s, std %s (not '
                'x / 127.5 - 1); set --config.pp.mean/--config.pp.std to choose others.',
                config.pretrained_path, mean, std)
+  if jax.process_index() == 0 and not os.path.isfile(recorded):
+    os.makedirs(workdir, exist_ok=True)
+    with open(recorded, 'w', encoding='utf-8') as f:
+      json.dump({'mean': list(mean), 'std': list(std), 'from': config.pretrained_path}, f)
   config = ml_collections.ConfigDict(config.to_dict())
   config.pp.mean, config.pp.std = tuple(mean), tuple(std)
   return config.lock()
@@ -743,7 +759,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   saved, no params.npz; `python -m vit_jax.main` exits 143 then). Without `config.model` the
   model is the one `config.pretrained_path` holds (`with_checkpoint_model`).
   """
-  config = with_checkpoint_normalization(with_checkpoint_model(config))
+  config = with_checkpoint_normalization(with_checkpoint_model(config), workdir)
   manager = make_checkpoint_manager(workdir, config)
   trainer = build_trainer(config, needs_pretrained=manager.latest_step() is None)
   state, damaged = restore_or_init(trainer, manager)
