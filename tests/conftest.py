@@ -7,6 +7,13 @@ os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 # As in Flax's examples/imagenet tests: small test programs, so compile time dominates.
 os.environ.setdefault('JAX_DISABLE_MOST_OPTIMIZATIONS', '1')
 
+# triton (loaded by timm through torch) segfaults when its C extension loads after TensorFlow's
+# (the input pipeline's): seen with torch 2.14.1 / triton 3.8.0 / tensorflow-cpu 2.21. Loaded
+# first, both work; test files import timm after other files have imported TensorFlow.
+try:
+  import triton  # noqa: E402, F401
+except ImportError:
+  pass
 import jax  # noqa: E402
 
 # Multi-device code paths everywhere: 4 CPU devices (tests/test_distributed.py relies on it).
