@@ -7,8 +7,8 @@ for 5 epochs; it exports runs/quickstart/pretrain/params.npz in the published fo
 loads that npz with `checkpoint.load_pretrained` into the same model at 42px (6x6 tokens: the
 position embeddings are bilinearly resized), fine-tunes 3 epochs and evaluates on all 10,000
 test images.
-Expected on 2 vCPUs (2026-11-24, fresh clone): 87.92% after stage 1, 88.35% at the end, 9 min
-47 s with set-up (docs/fashion_mnist.md).
+Expected on 2 vCPUs (2026-11-25, fresh clone): 88.19% after stage 1, 88.13% at the end, 9 min
+42 s with set-up (docs/fashion_mnist.md).
 `--config.pretrain.num_epochs=0.05 --config.finetune.num_epochs=0.02` makes a smoke run.
 """
 
