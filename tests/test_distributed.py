@@ -236,6 +236,8 @@ def test_a_killed_process_ends_the_other_with_one_line(tmp_path):
   assert len(lines) == 1, out[-3000:]
   assert lines[0].startswith('error: lost process 1 of 2 (no heartbeat for 5 s)')
   assert f'--process_id=0 --workdir={workdir}' in lines[0] and 'Traceback' not in out
-  # The watchdog's timeout, not JAX's abort 30 s later (measured: 5 + about 1 s).
-  assert 5 <= seconds < 5 + parallel.JAX_HEARTBEAT_MARGIN_S, seconds
+  # The watchdog's timeout, not JAX's abort 30 s later (measured: 5 + about 1 s). The clock
+  # starts at the kill, but silence is counted from the peer's last beat seen, which came up to
+  # one watchdog round (1 s, longer on a loaded machine: 4.35 s seen once in CI) before it.
+  assert 5 - 3 <= seconds < 5 + parallel.JAX_HEARTBEAT_MARGIN_S, seconds
   assert os.path.isdir(os.path.join(workdir, 'checkpoints', '2'))  # Kept for the rerun.
