@@ -29,6 +29,14 @@ def rng():
 
 
 @pytest.fixture
+def mock_cifar10():
+  """TFDS's own mock data (10 examples a split) in place of CIFAR-10: no download."""
+  import tensorflow_datasets as tfds  # noqa: PLC0415  # Only the data tests need TensorFlow.
+  with tfds.testing.mock_data(num_examples=10):
+    yield
+
+
+@pytest.fixture
 def np_rng():
   """A seeded NumPy generator."""
   return np.random.default_rng(0)

@@ -9,7 +9,6 @@ import pytest
 from vit_jax import checkpoint
 from vit_jax import train
 from test_train import crash_at, final_params, make_config
-from test_train import mock_cifar10  # noqa: F401 -- a fixture, used by name
 
 
 def snapshot(directory):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from npz_fixtures import perturb
-from test_train import final_params, make_config, mock_cifar10  # noqa: F401 (a fixture)
+from test_train import final_params, make_config
 from vit_jax import checkpoint
 from vit_jax import distill
 from vit_jax import models

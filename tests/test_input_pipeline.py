@@ -25,11 +25,6 @@ def make_config(**overrides) -> ml_collections.ConfigDict:
   return config
 
 
-@pytest.fixture
-def mock_cifar10():
-  with tfds.testing.mock_data(num_examples=10):
-    yield
-
 
 def take(iterator, n):
   return [next(iterator) for _ in range(n)]

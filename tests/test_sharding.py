@@ -13,7 +13,6 @@ from vit_jax import config_lib
 from vit_jax import parallel
 from vit_jax import train
 from test_train import crash_at, final_params, make_config
-from test_train import mock_cifar10  # noqa: F401 -- a fixture, used by name
 
 
 @pytest.fixture

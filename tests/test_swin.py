@@ -17,7 +17,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import tensorflow_datasets as tfds
 from PIL import Image
 
 from vit_jax import checkpoint
@@ -355,11 +354,6 @@ def make_config(**overrides):
   config.update(overrides)
   return config
 
-
-@pytest.fixture
-def mock_cifar10():
-  with tfds.testing.mock_data(num_examples=10):
-    yield
 
 
 def test_two_step_training_run_and_its_export_predicts(tmp_path, mock_cifar10):

@@ -11,7 +11,6 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
-import tensorflow_datasets as tfds
 
 from vit_jax import checkpoint
 from vit_jax import config_lib
@@ -35,11 +34,6 @@ def make_config(**overrides) -> ml_collections.ConfigDict:
   config.update(overrides)
   return config
 
-
-@pytest.fixture
-def mock_cifar10():
-  with tfds.testing.mock_data(num_examples=10):
-    yield
 
 
 def final_params(workdir):

@@ -16,7 +16,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-import tensorflow_datasets as tfds
 
 from vit_jax import checkpoint
 from vit_jax import config_lib
@@ -30,11 +29,6 @@ from test_train import final_params, fixed_batch_step, make_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-
-@pytest.fixture
-def mock_cifar10():
-  with tfds.testing.mock_data(num_examples=10):
-    yield
 
 
 def inf_gradient_at(steps):
