@@ -18,7 +18,8 @@ def measure(mode: str, args) -> dict:
   import jax
   import jax.numpy as jnp
   import numpy as np
-  from vit_jax import config_lib, models, optim, parallel, train
+  from vit_jax import config_lib, models, train
+  from vit_jax.training import optim, parallel
   config = config_lib.with_model(config_lib.get_config(), args.model)
   config.update(dict(accum_steps=1, optim='adamw', optim_dtype='float32', param_sharding=mode))
   mesh = parallel.make_mesh()

@@ -18,7 +18,8 @@ import time
 WORKER = r'''
 import json, sys, time
 import jax, jax.numpy as jnp, numpy as np
-from vit_jax import config_lib, models, optim, parallel, train
+from vit_jax import config_lib, models, train
+from vit_jax.training import optim, parallel
 model_name, image, batch, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 config = config_lib.with_model(config_lib.get_config(), model_name)
 config.update(dict(accum_steps=1, optim_dtype='float32'))

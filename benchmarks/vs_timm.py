@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from absl import flags
 
-from vit_jax import cli
+from vit_jax.tools import cli
 from vit_jax import hugepages
 
 _MARK = '@@bench '
@@ -382,7 +382,8 @@ def describe_worker(fv: flags.FlagValues, w: 'Worker') -> str:
 def run_mode(fv: flags.FlagValues, mode: str, argv: Sequence[str]) -> str:
   """Times every variant of one mode interleaved; returns the report lines."""
   import numpy as np
-  from vit_jax import flops, models
+  from vit_jax.tools import flops
+  from vit_jax import models
   workers = []
   for name in variant_names(fv):  # Set up one at a time: compiles don't overlap.
     workers.append(Worker(name, mode, argv, fv.hugepages == 'all' or (

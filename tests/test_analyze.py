@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from test_features import write_checkpoint, write_images
-from vit_jax import analyze
+from vit_jax.tools import analyze
 
 
 def _random_attention(rng, b, h, n):

@@ -13,12 +13,12 @@ import pytest
 
 from npz_fixtures import BLOCK_NAMES, images, perturb, published_vit, write_npz
 from test_features import write_images
-from vit_jax import analyze
+from vit_jax.tools import analyze
 from vit_jax import checkpoint
 from vit_jax import config_lib
-from vit_jax import features
+from vit_jax.tools import features
 from vit_jax import models
-from vit_jax import predict
+from vit_jax.tools import predict
 from vit_jax import presets
 
 

@@ -14,10 +14,10 @@ import pytest
 from npz_fixtures import perturb
 from test_train import final_params, make_config
 from vit_jax import checkpoint
-from vit_jax import distill
+from vit_jax.training import distill
 from vit_jax import models
-from vit_jax import optim
-from vit_jax import parallel
+from vit_jax.training import optim
+from vit_jax.training import parallel
 from vit_jax import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

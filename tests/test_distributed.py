@@ -23,8 +23,8 @@ from vit_jax import checkpoint
 from vit_jax import config_lib
 from vit_jax import main
 from vit_jax import models
-from vit_jax import optim
-from vit_jax import parallel
+from vit_jax.training import optim
+from vit_jax.training import parallel
 from vit_jax import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

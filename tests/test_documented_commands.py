@@ -224,7 +224,7 @@ def write_timm_folder(folder, swin_model=None, image_size=None):
   """
   from safetensors.numpy import save_file
   from vit_jax import presets
-  from vit_jax import timm_format
+  from vit_jax.checkpoints import timm_format
   if swin_model is not None:
     os.makedirs(folder, exist_ok=True)
     save_file(timm_swin_state_dict(swin_model, 10, image_size),

@@ -12,7 +12,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from vit_jax import config_lib
-from vit_jax import fashion_mnist
+from vit_jax.data import fashion_mnist
 from vit_jax import input_pipeline
 
 NAMES = ['T-shirt/top', 'Trouser', 'Pullover', 'Dress', 'Coat', 'Sandal', 'Shirt', 'Sneaker',

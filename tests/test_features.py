@@ -11,7 +11,7 @@ from PIL import Image
 
 from npz_fixtures import perturb
 from vit_jax import checkpoint
-from vit_jax import features
+from vit_jax.tools import features
 from vit_jax import models
 
 

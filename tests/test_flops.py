@@ -2,7 +2,7 @@
 
 import pytest
 
-from vit_jax import flops
+from vit_jax.tools import flops
 from vit_jax import models
 
 

@@ -13,7 +13,7 @@ from PIL import Image
 
 from vit_jax import config_lib
 from vit_jax import input_pipeline
-from vit_jax import randaugment
+from vit_jax.data import randaugment
 
 
 def make_config(**overrides) -> ml_collections.ConfigDict:

@@ -160,7 +160,7 @@ def test_same_command_twice_without_workdir_continues_one_run(tmp_path):
 def test_a_renamed_copy_of_a_trained_posemb_none_model_predicts_the_same(tmp_path, capsys):
   """The user's path of issue 28.5: train with posemb='none', copy params.npz under another
   name elsewhere, predict with the copy: the same probabilities as with the run directory."""
-  from vit_jax import predict  # noqa: PLC0415  # TF-heavy; only this test needs it.
+  from vit_jax.tools import predict  # noqa: PLC0415  # TF-heavy; only this test needs it.
   dataset = write_image_dataset(str(tmp_path / 'data'), train_per_class=4, test_per_class=2)
   dropout = 'config.model.transformer.dropout_rate = 0.'
   config = CONFIG_FILE.format(dataset=dataset, steps=2)  # 32px, the 'testing' ViT.

@@ -182,7 +182,8 @@ def test_resnet_trains_exports_predicts_and_teaches_a_vit(tmp_path, capsys):
   """The ViT paths end to end: train → params.npz → predict; then a ViT distils from that npz."""
   import tensorflow_datasets as tfds
   from test_train import make_config
-  from vit_jax import config_lib, predict, train
+  from vit_jax import config_lib, train
+  from vit_jax.tools import predict
   config = make_config(total_steps=3, eval_every=0)
   config.model = config_lib.with_model(config_lib.get_config(), 'ResNet-11_28px').model
   workdir = str(tmp_path / 'resnet')
@@ -200,7 +201,7 @@ def test_resnet_trains_exports_predicts_and_teaches_a_vit(tmp_path, capsys):
   assert predict.main(['predict', f'--checkpoint={npz}', '--model=ResNet-11_28px',
                        '--image_size=32', '--json', str(image)]) == 0
   top = json.loads(capsys.readouterr().out)['results'][0]['predictions']
-  from vit_jax import features
+  from vit_jax.tools import features
   loaded = features.load_model(npz, 'ResNet-11_28px', 32)
   logits = loaded.model.apply({'params': loaded.params}, features.load_images([str(image)], 32),
                               train=False)[0]

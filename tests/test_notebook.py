@@ -16,7 +16,7 @@ from nbclient import NotebookClient
 
 import npz_fixtures
 from test_fashion_mnist import write_idx_gz
-from vit_jax import fashion_mnist
+from vit_jax.data import fashion_mnist
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK = os.path.join(ROOT, 'notebooks', 'vit_jax.ipynb')
@@ -115,7 +115,7 @@ def test_committed_notebook_has_real_outputs():
 def test_training_curves_leave_the_plotting_backend_alone(tmp_path):
   """train_and_evaluate draws curves.png; a notebook's plots after it must still show."""
   import matplotlib
-  from vit_jax import plotting
+  from vit_jax.training import plotting
   previous = matplotlib.get_backend()
   matplotlib.use('svg')
   try:

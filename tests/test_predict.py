@@ -11,8 +11,8 @@ import pytest
 
 from test_features import write_checkpoint, write_images
 from vit_jax import config_lib
-from vit_jax import features
-from vit_jax import predict
+from vit_jax.tools import features
+from vit_jax.tools import predict
 
 
 @pytest.fixture(scope='module')

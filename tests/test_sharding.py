@@ -10,7 +10,7 @@ from jax.sharding import PartitionSpec as P
 
 from vit_jax import checkpoint
 from vit_jax import config_lib
-from vit_jax import parallel
+from vit_jax.training import parallel
 from vit_jax import train
 from test_train import crash_at, final_params, make_config
 

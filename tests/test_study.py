@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from test_fashion_mnist import write_idx_gz
-from vit_jax import fashion_mnist
-from vit_jax import flops
+from vit_jax.data import fashion_mnist
+from vit_jax.tools import flops
 from vit_jax import study
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -21,13 +21,13 @@ from PIL import Image
 
 from vit_jax import checkpoint
 from vit_jax import config_lib
-from vit_jax import features
+from vit_jax.tools import features
 from vit_jax import models
 from vit_jax import models_swin
-from vit_jax import parallel
-from vit_jax import predict
-from vit_jax import swin_timm
-from vit_jax import timm_format
+from vit_jax.training import parallel
+from vit_jax.tools import predict
+from vit_jax.checkpoints import swin_timm
+from vit_jax.checkpoints import timm_format
 from vit_jax import train
 
 # Swin-testing's fields as timm keyword arguments (timm's SwinTransformer accepts them all).

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from vit_jax import checkpoint
-from vit_jax import features
+from vit_jax.tools import features
 from vit_jax import models
-from vit_jax import timm_format
+from vit_jax.checkpoints import timm_format
 
 torch = pytest.importorskip('torch')
 timm = pytest.importorskip('timm')
@@ -171,7 +171,7 @@ def test_unsupported_models_one_line(name, kwargs, what, tmp_path):
 def test_official_npz_exports_to_timm(tmp_path, capsys):
   """`python -m vit_jax.export_timm` on an official-format npz (tanh GELU, no timm config):
   timm's `local-dir:` loader reads the folder and gives the same logits."""
-  from vit_jax import export_timm
+  from vit_jax.tools import export_timm
   model = models.get_model('testing', num_classes=3)
   x = _images(32)
   params = model.init(jax.random.key(0), jnp.asarray(x), train=False)['params']
@@ -188,7 +188,7 @@ def test_official_npz_exports_to_timm(tmp_path, capsys):
 
 
 def test_export_of_what_timm_cannot_hold_is_one_line(tmp_path, capsys):
-  from vit_jax import export_timm
+  from vit_jax.tools import export_timm
   model = models.get_model('testing', num_classes=3, representation_size=10)
   params = model.init(jax.random.key(0), jnp.zeros((1, 32, 32, 3)), train=False)['params']
   npz = checkpoint.save(params, str(tmp_path / 'pre_logits.npz'))
@@ -203,7 +203,7 @@ def test_predict_cli_on_a_hub_folder(family, tmp_path, capsys):
   """`python -m vit_jax.predict --checkpoint=<hub folder> IMG`, no --model: the probabilities
   are timm's on the image preprocessed with config.json's size, mean and std."""
   from PIL import Image
-  from vit_jax import predict
+  from vit_jax.tools import predict
   net = timm_model(family)
   folder = save_hub_folder(net, tmp_path / 'hub')
   image = tmp_path / 'img.png'
@@ -255,7 +255,7 @@ def check_run_normalization(workdir, folder, config, tmp_path):
   (x / 255 - mean) / std, and metadata.json, the npz's description, predict and the timm
   export all carry the same values."""
   import glob
-  from vit_jax import export_timm
+  from vit_jax.tools import export_timm
   from vit_jax import input_pipeline
   from vit_jax import train
   with open(os.path.join(folder, 'config.json')) as f:
@@ -299,7 +299,7 @@ def check_run_normalization(workdir, folder, config, tmp_path):
 def test_analyze_cli_on_a_hub_folder(family, tmp_path, capsys):
   """analyze on a hub folder: registers (prefix tokens outside the position table) and a
   model without class token both give a full grid of position-embedding similarities."""
-  from vit_jax import analyze
+  from vit_jax.tools import analyze
   folder = save_hub_folder(timm_model(family), tmp_path / 'hub')
   out = tmp_path / 'out'
   rc = analyze.main(['analyze', f'--checkpoint={folder}', f'--out={out}', '--image_size=56'

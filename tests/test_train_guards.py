@@ -21,8 +21,8 @@ from vit_jax import checkpoint
 from vit_jax import config_lib
 from vit_jax import input_pipeline
 from vit_jax import models
-from vit_jax import optim
-from vit_jax import parallel
+from vit_jax.training import optim
+from vit_jax.training import parallel
 from vit_jax import train
 from test_distributed import fixed_batch, run_steps, step_config, write_image_dataset
 from test_train import final_params, fixed_batch_step, make_config

@@ -34,8 +34,8 @@ import numpy as np
 from absl import logging
 
 from vit_jax import presets
-from vit_jax import swin_timm
-from vit_jax import timm_format
+from vit_jax.checkpoints import swin_timm
+from vit_jax.checkpoints import timm_format
 
 Params = Dict[str, Any]
 

@@ -10,7 +10,7 @@ from ml_collections import config_dict
 
 from vit_jax import checkpoint
 from vit_jax import presets
-from vit_jax import timm_format
+from vit_jax.checkpoints import timm_format
 
 # Fine-tuning presets of the official repo (a slice of train is held out as in the paper). The
 # input resolution is the model's (see `with_model`), not the dataset's: small images are

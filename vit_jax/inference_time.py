@@ -14,7 +14,7 @@ from absl import logging
 from clu import metric_writers
 
 from vit_jax import models
-from vit_jax import parallel
+from vit_jax.training import parallel
 
 
 def time_calls(fn, *args, steps: int, warmup: int) -> np.ndarray:

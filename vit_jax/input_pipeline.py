@@ -43,9 +43,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 from absl import logging
-from vit_jax import fashion_mnist
-from vit_jax import randaugment
-from vit_jax import timm_format
+from vit_jax.data import fashion_mnist
+from vit_jax.data import randaugment
+from vit_jax.checkpoints import timm_format
 
 Batch = Dict[str, np.ndarray]
 

@@ -154,7 +154,7 @@ def stopped_at(result: Dict[str, Any]) -> Any:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  from vit_jax import parallel  # Imported after flag parsing: importing jax is slow.
+  from vit_jax.training import parallel  # Imported after flag parsing: importing jax is slow.
   parallel.maybe_initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value,
                                         _PROCESS_ID.value, _PEER_TIMEOUT.value)
   import jax

@@ -209,7 +209,7 @@ TRAIN_FLOPS_FACTOR = 3  # A training step ≈ forward + backward (2x forward) pe
 
 @functools.lru_cache(maxsize=None)
 def _forward_flops(model_json: str, image_size: int, num_classes: int) -> Tuple[float, str]:
-  from vit_jax import flops  # Lazily: only records of finished runs need it.
+  from vit_jax.tools import flops  # Lazily: only records of finished runs need it.
   model = json.loads(model_json)
   try:
     return float(flops.count_flops(model, image_size, num_classes)['total']), 'vit_jax.flops'
@@ -524,7 +524,7 @@ def prepare_folders(root: str, *, limit: int = 0,
   keeps the first `limit` images of each class and split (smoke runs).
   """
   from PIL import Image  # Only here: the runner itself needs no imaging library.
-  from vit_jax import fashion_mnist
+  from vit_jax.data import fashion_mnist
   if os.path.isfile(os.path.join(root, FOLDERS_DONE)):
     return
   source = fashion_mnist.find_source_dir(source_dir)

@@ -26,12 +26,12 @@ from clu import metric_writers
 from jax.sharding import Mesh
 
 from vit_jax import checkpoint
-from vit_jax import distill
+from vit_jax.training import distill
 from vit_jax import input_pipeline
 from vit_jax import models
-from vit_jax import optim
-from vit_jax import parallel
-from vit_jax import plotting
+from vit_jax.training import optim
+from vit_jax.training import parallel
+from vit_jax.training import plotting
 from vit_jax import presets
 
 State = Dict[str, Any]

@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from vit_jax import swin_timm
+from vit_jax.checkpoints import swin_timm
 
 HF_PREFIX = 'hf-hub:'
 WEIGHTS_FILE = 'model.safetensors'

@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh
 
-from vit_jax import features
-from vit_jax import parallel
+from vit_jax.tools import features
+from vit_jax.training import parallel
 
 KINDS = ('hard', 'soft')
 

@@ -1,0 +1,1 @@
+"""The input pipeline's parts (input_pipeline.py is the entry): images, sources, augmentation."""

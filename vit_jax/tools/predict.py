@@ -1,0 +1,171 @@
+"""Top-k predictions of a checkpoint on image files.
+
+  python -m vit_jax.predict --checkpoint=ViT-B_16 cat.jpg photos/
+  python -m vit_jax.predict --checkpoint=runs/quickstart/finetune img.png
+  python -m vit_jax.predict --checkpoint=model.npz --labels=cifar10 --json img/
+
+The model is read from the checkpoint itself (`checkpoint.architecture`; a run directory's
+metadata.json adds what shapes cannot say). `--model` (a preset name or a .py file whose
+`get_config()` returns a model ConfigDict) is only a check that the file is that model.
+
+Images (JPEG/PNG/..., any size or colour mode) are preprocessed as the eval pipeline does
+(`features.preprocess`) and run in batches. Label names: `--labels` (a shipped set or a text
+file with one name a line) if given, else the run's metadata, else the shipped set the head
+size identifies (1000, 21843, 100 classes), else 'class N'. Bad input prints one line, exit 1.
+"""
+
+import importlib.resources
+import json
+import os
+import sys
+from typing import Dict, Iterator, List, Optional, Sequence
+
+import jax
+import numpy as np
+from absl import flags
+from absl import logging
+
+from vit_jax.tools import cli
+from vit_jax.tools import features
+
+LABEL_SETS = ('imagenet1k', 'imagenet21k', 'cifar10', 'cifar100', 'fashion_mnist')
+# Only unambiguous sizes pick a label set by default (cifar10 and fashion_mnist both have 10).
+_DEFAULT_LABELS = {1000: 'imagenet1k', 21843: 'imagenet21k', 100: 'cifar100'}
+
+
+def define_flags(fv: flags.FlagValues) -> None:
+  """Defines this tool's flags on `fv` (its own FlagValues, so tools can share a process)."""
+  cli.define_model_flags(fv, 'Square input side; default: the resolution the '
+                          'checkpoint was trained at (224 if it has no position embeddings).')
+  flags.DEFINE_integer('top_k', 5, 'Labels to print per image.', flag_values=fv)
+  flags.DEFINE_string('labels', None, f'One of {", ".join(LABEL_SETS)} or a text file with one '
+                      'label a line; default: the shipped set with as many classes as the head.',
+                      flag_values=fv)
+  flags.DEFINE_integer('batch_size', 16, 'Images per forward pass.', flag_values=fv)
+  flags.DEFINE_bool('json', False, 'Print one JSON document instead of text.', flag_values=fv)
+
+
+def load_labels(labels: Optional[str], num_classes: int,
+                class_names: Optional[Sequence[str]] = None) -> List[str]:
+  """Label names for a head of `num_classes` outputs ('class N' when no set is known).
+
+  An explicit `labels` wins; then `class_names` (a run's metadata); then the shipped set
+  whose size identifies it.
+  """
+  if not labels and class_names and len(class_names) == num_classes:
+    return list(class_names)
+  name = labels or _DEFAULT_LABELS.get(num_classes)
+  if name is None:
+    return [f'class {i}' for i in range(num_classes)]
+  if name in LABEL_SETS:
+    text = importlib.resources.files('vit_jax').joinpath(f'labels/{name}.txt').read_text()
+  elif os.path.isfile(name):
+    with open(name, encoding='utf-8') as f:
+      text = f.read()
+  else:
+    raise ValueError(f'Unknown --labels={name!r}: use one of {", ".join(LABEL_SETS)} or a text '
+                     'file with one label a line.')
+  names = [line.strip() for line in text.splitlines() if line.strip()]
+  if len(names) != num_classes:
+    raise ValueError(f'--labels={name} has {len(names)} names but the checkpoint head has '
+                     f'{num_classes} classes; pass the label set it was trained on.')
+  return names
+
+
+def list_images(paths: Sequence[str]) -> List[str]:
+  """Files named, plus image files in named folders (recursively, sorted)."""
+  if not paths:
+    raise ValueError('No images given: pass image files or folders after the flags.')
+  found = []
+  for path in paths:
+    if os.path.isdir(path):
+      inside = sorted(os.path.join(root, name) for root, _, names in os.walk(path)
+                      for name in names if name.lower().endswith(features.IMAGE_EXTENSIONS))
+      if not inside:
+        raise ValueError(f'Folder "{path}" has no image files '
+                         f'({", ".join(features.IMAGE_EXTENSIONS)}).')
+      found.extend(inside)
+    elif os.path.isfile(path):
+      found.append(path)
+    else:
+      raise features.ImageError(f'Could not find image "{path}"; check the path.')
+  return found
+
+
+def top_k(logits: np.ndarray, k: int) -> tuple:
+  """(indices, softmax probabilities) of the k largest logits per row, best first."""
+  logits = np.asarray(logits, np.float64)
+  probs = np.exp(logits - logits.max(-1, keepdims=True))
+  probs /= probs.sum(-1, keepdims=True)
+  k = min(k, logits.shape[-1])
+  order = np.argsort(-probs, axis=-1, kind='stable')[:, :k]
+  return order, np.take_along_axis(probs, order, axis=-1)
+
+
+def predict(loaded: features.LoadedModel, paths: Sequence[str], *, k: int = 5,
+            labels: Optional[Sequence[str]] = None, batch_size: int = 16) -> Iterator[Dict]:
+  """Yields {'image', 'predictions': [{'index', 'label', 'probability'}]} per image path.
+
+  Batches are padded to `batch_size` so the forward pass compiles once.
+  """
+  if not loaded.num_classes:
+    raise ValueError(f'{loaded.source} has no classification head; predictions need a '
+                     'fine-tuned or classifier checkpoint.')
+  labels = labels or load_labels(None, loaded.num_classes, loaded.class_names)
+  forward = jax.jit(lambda params, x: loaded.model.apply({'params': params}, x, train=False))
+  for start in range(0, len(paths), batch_size):
+    chunk = list(paths[start:start + batch_size])
+    images = loaded.load_images(chunk)
+    padded = np.concatenate(
+        [images, np.zeros((batch_size - len(chunk), *images.shape[1:]), images.dtype)])
+    logits = np.asarray(forward(loaded.params, padded))[:len(chunk)]
+    indices, probs = top_k(logits, k)
+    for path, idx, prob in zip(chunk, indices, probs):
+      yield {'image': path, 'predictions': [
+          {'index': int(i), 'label': labels[i], 'probability': float(p)}
+          for i, p in zip(idx, prob)]}
+
+
+def format_text(result: Dict) -> str:
+  lines = [result['image']]
+  lines += [f'  {p["probability"]:7.2%}  {p["label"]}' for p in result['predictions']]
+  return '\n'.join(lines)
+
+
+def run(fv: flags.FlagValues, image_paths: Sequence[str], out=None) -> None:
+  """Loads the checkpoint named by the flags and prints predictions for `image_paths`."""
+  out = out or sys.stdout
+  if not fv.checkpoint:
+    raise ValueError('Pass --checkpoint=PATH_OR_NAME (an .npz file, a run directory or e.g. '
+                     'ViT-B_16).')
+  if fv.top_k < 1 or fv.batch_size < 1:
+    raise ValueError('--top_k and --batch_size must be at least 1.')
+  paths = list_images(image_paths)
+  loaded = features.load_model(fv.checkpoint, fv.model, fv.image_size)
+  if loaded.head_is_zero:
+    logging.warning('%s has an all-zero head (a pre-training file): every class gets the same '
+                    'probability, so these predictions are meaningless; use a fine-tuned '
+                    'checkpoint (e.g. imagenet21k+imagenet2012/...).', fv.checkpoint)
+  labels = load_labels(fv.labels, loaded.num_classes, loaded.class_names)
+  results = predict(loaded, paths, k=fv.top_k, labels=labels,
+                    batch_size=min(fv.batch_size, len(paths)))
+  if fv.json:
+    json.dump({'checkpoint': fv.checkpoint, 'image_size': loaded.image_size,
+               'head_is_zero': loaded.head_is_zero, 'results': list(results)}, out, indent=1)
+    out.write('\n')
+  else:
+    for result in results:
+      out.write(format_text(result) + '\n')
+      out.flush()
+  if fv.labels is None and loaded.num_classes == 10 and not loaded.class_names:
+    logging.warning('Labels shown as class indices: pass --labels=cifar10 or '
+                    '--labels=fashion_mnist for names.')
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  """Command-line entry point; returns the exit status (1 and one line on bad input)."""
+  return cli.run_tool('predict', __doc__, define_flags, run, argv)
+
+
+if __name__ == '__main__':
+  sys.exit(main())
