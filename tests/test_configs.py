@@ -2,7 +2,6 @@
 
 import glob
 import math
-import importlib.util
 import os
 import re
 import subprocess
@@ -20,9 +19,7 @@ FLAG = re.compile(r'--config\.([A-Za-z_][\w.]*)')
 
 
 def load_config(path):
-  spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  module = config_lib.load_config_module(path)
   return module, module.get_config()
 
 

@@ -1,6 +1,5 @@
 """The study runner: commands, skip/rerun of runs, tables from run directories, image folders."""
 
-import importlib.util
 import json
 import os
 import re
@@ -14,6 +13,7 @@ import pytest
 from test_fashion_mnist import write_idx_gz
 from vit_jax.data import fashion_mnist
 from vit_jax.tools import flops
+from vit_jax import config_lib
 from vit_jax import study
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -81,10 +81,7 @@ def fake_run_dir(out, name, accuracy, **extra):
 
 
 def load_study_config():
-  spec = importlib.util.spec_from_file_location('study_fashion_mnist', STUDY_GRID)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return config_lib.load_config_module(STUDY_GRID)
 
 
 STUDY_CONFIG = load_study_config()

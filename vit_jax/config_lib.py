@@ -3,6 +3,9 @@
 Every field has a one-line comment; experiment files only change what differs.
 """
 
+import importlib.util
+import os
+import types
 from typing import Optional, Tuple
 
 import ml_collections
@@ -141,6 +144,23 @@ def finetune_config(model: str, dataset: str, runlocal: bool = False,
   config = with_dataset(with_model(get_config(), model), dataset)
   config.update(overrides)
   return finish(config, runlocal)
+
+
+def load_config_module(path: str) -> types.ModuleType:
+  """Executes a config file (`configs/*.py`, a model file, a study grid) and returns its module.
+
+  The one loader of config files outside `--config=` (which ml_collections' config_flags reads):
+  the tools' `--model=FILE.py`, grid files and tests use it, so a file means the same everywhere.
+
+  Raises:
+    ValueError: when `path` is not a file (what to pass instead in the message).
+  """
+  if not os.path.isfile(path):
+    raise ValueError(f'Could not find config file "{path}"; check the path.')
+  spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
 
 
 def parse_arg(arg: str) -> Tuple[Tuple[str, ...], bool]:

@@ -31,7 +31,6 @@ writes once from the local idx files (vit_jax.fashion_mnist), before the first r
 
 import dataclasses
 import functools
-import importlib.util
 import json
 import os
 import re
@@ -102,9 +101,8 @@ def load_grid(spec: str) -> Grid:
   path, _, arg = spec.partition(':')
   if not os.path.isfile(path):
     raise ValueError(f'Grid file {path!r} does not exist; pass --grid=configs/FILE.py[:ARG].')
-  module_spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
+  from vit_jax import config_lib  # pylint: disable=g-import-not-at-top
+  module = config_lib.load_config_module(path)
   if not hasattr(module, 'get_grid'):
     raise ValueError(f'{path} has no get_grid(arg); a grid file returns vit_jax.study.Grid.')
   grid = module.get_grid(arg)

@@ -13,7 +13,6 @@ to 3-channel RGB, `tf.image.resize` bilinear to the square model size, then
 
 import dataclasses
 import functools
-import importlib.util
 import os
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
@@ -25,6 +24,7 @@ import numpy as np
 from absl import logging
 
 from vit_jax import checkpoint
+from vit_jax import config_lib
 from vit_jax import models
 from vit_jax import models_vit
 
@@ -223,10 +223,7 @@ def model_config(model: str) -> ml_collections.ConfigDict:
   if not os.path.isfile(model):
     raise ValueError(f'Could not find model config file "{model}"; check the path.')
   try:
-    spec = importlib.util.spec_from_file_location('_vit_jax_model_config', model)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    config = module.get_config()
+    config = config_lib.load_config_module(model).get_config()
   except Exception as e:  # Any error in user code becomes one line, not a traceback.
     raise ValueError(f'Could not load model config "{model}" (its get_config() failed: '
                      f'{type(e).__name__}: {e}).') from None
