@@ -34,6 +34,8 @@ INSTALL_REQUIRES = [
 ]
 
 TESTS_REQUIRE = [
+    # The import layers of docs/architecture.md, checked by `lint-imports` (.importlinter) in CI.
+    'import-linter>=2.17',
     # Executes notebooks/vit_jax.ipynb in a fresh kernel (tests/test_notebook.py).
     'ipykernel>=7.0',
     'nbclient>=0.11',
