@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from PIL import Image
+from tensorflow_datasets.core.download import downloader
 
 from vit_jax import config_lib
 from vit_jax import input_pipeline
@@ -229,11 +230,13 @@ def test_offline_tfds_fails_fast_with_advice(tmp_path, monkeypatch):
     monkeypatch.setenv(var, dead)
   for var in ('NO_PROXY', 'no_proxy'):
     monkeypatch.delenv(var, raising=False)
+  retries = downloader.MAX_RETRIES
   start = time.monotonic()
   with pytest.raises(ValueError, match='cannot be downloaded: the download failed .*'
                      'tfds_data_dir.*tfds_manual_dir'):
     input_pipeline.get_dataset_info(make_config(tfds_data_dir=str(tmp_path)))
   assert time.monotonic() - start < 60
+  assert downloader.MAX_RETRIES == retries  # TFDS's own setting again after the attempt.
 
 
 def test_manual_dataset_needs_manual_dir(tmp_path):
