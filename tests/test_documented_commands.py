@@ -33,9 +33,9 @@ from npz_fixtures import timm_swin_state_dict
 from test_configs import CONFIG_FILES, load_config
 from vit_jax import checkpoint
 from vit_jax import config_lib
-from vit_jax import input_pipeline
 from vit_jax import models
 from vit_jax import study
+from vit_jax.data import folder_source
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMAND = re.compile(r'python -m vit_jax\.\w+')
@@ -327,7 +327,7 @@ def test_readme_folder_command_evaluates_every_held_out_image(layout, tmp_path):
   out = run(local, tmp_path)
   counted = int(re.search(r"'num_examples': (\d+)", out)[1])
   # Train-only: the last 2% of train/ (TFDS slicing of 150 files) is held out for evaluation.
-  held_out = len(input_pipeline._folder_split(str(root), CLASSES, input_pipeline.HELD_OUT_SPLIT)[0])
+  held_out = len(folder_source.folder_split(str(root), CLASSES, folder_source.HELD_OUT_SPLIT)[0])
   assert counted == (9 if layout != 'train_only' else held_out) and counted > 0
 
 

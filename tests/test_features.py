@@ -1,4 +1,5 @@
-"""Tests for vit_jax.features: image reading/preprocessing, load_model, captured features."""
+"""Tests for vit_jax.data.image_ops (image reading/preprocessing) and vit_jax.tools.features
+(load_model, captured features)."""
 
 import os
 
@@ -11,6 +12,10 @@ from PIL import Image
 
 from npz_fixtures import perturb
 from vit_jax import checkpoint
+from vit_jax import config_lib
+from vit_jax import input_pipeline
+from vit_jax.data import folder_source
+from vit_jax.data import image_ops
 from vit_jax.tools import features
 from vit_jax import models
 
@@ -54,24 +59,36 @@ def saved(tmp_path_factory):
 
 def test_preprocess_is_tf_bilinear_resize_to_minus_one_one():
   image = np.random.default_rng(0).integers(0, 256, (37, 53, 3), dtype=np.uint8)
-  out = features.preprocess(image, 32)
+  out = image_ops.preprocess(image, 32)
   want = (tf.image.resize(image, [32, 32], method='bilinear').numpy() - 127.5) / 127.5
   assert out.shape == (32, 32, 3) and out.dtype == np.float32
   np.testing.assert_allclose(out, want, atol=1e-6)
   assert out.min() >= -1 and out.max() <= 1
-  np.testing.assert_allclose(features.preprocess(np.full((5, 5, 3), 255, np.uint8), 8), 1.)
+  np.testing.assert_allclose(image_ops.preprocess(np.full((5, 5, 3), 255, np.uint8), 8), 1.)
+
+
+def test_preprocess_with_mean_std_keeps_its_float32_numbers():
+  """A timm mean/std: (x / 255 - mean) / std, bit for bit as numpy float32 computes it."""
+  image = np.random.default_rng(1).integers(0, 256, (61, 47, 3), dtype=np.uint8)
+  mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+  resized = tf.image.resize(image, [57, 57], method='bilinear').numpy().astype(np.float32)
+  want = (resized / np.float32(255.) - np.float32(mean)) / np.float32(std)
+  np.testing.assert_array_equal(image_ops.preprocess(image, 57, mean, std), want)
 
 
 def test_read_and_preprocess_match_the_eval_input_pipeline(tmp_path):
-  try:
-    from vit_jax import input_pipeline
-    steps = input_pipeline._decode, input_pipeline._resize, input_pipeline._normalize
-  except (ImportError, AttributeError) as e:
-    pytest.skip(f'input_pipeline eval steps not available: {e}')
-  decode, resize, normalize = steps
-  for path in write_images(tmp_path)[:2]:  # One PNG, one JPEG.
-    want = normalize(resize(decode(tf.io.read_file(path)), 32)).numpy()
-    np.testing.assert_array_equal(features.preprocess(features.read_image(path), 32), want)
+  """A folder's test images via `get_eval_data` = `preprocess(read_image(file))`, bit for bit."""
+  for split in ('train', 'test'):
+    written = write_images(tmp_path / split / 'a')
+  paths = [p for p in written if p.endswith(image_ops.DATASET_EXTENSIONS)]  # Not the .gif.
+  config = config_lib.get_config()
+  config.update(dict(dataset=str(tmp_path), batch=4, batch_eval=4))
+  config.pp.update(dict(train='train', test='test', crop=32))
+  batch = next(input_pipeline.get_eval_data(config).batches())
+  order, _ = folder_source.folder_split(str(tmp_path), ('a',), 'test')
+  want = np.stack([image_ops.preprocess(image_ops.read_image(str(p)), 32) for p in order])
+  assert sorted(map(str, order)) == paths and batch['mask'].sum() == len(paths)
+  np.testing.assert_array_equal(batch['image'][:len(paths)], want)
 
 
 def test_read_image_any_mode_gives_uint8_rgb(tmp_path):
@@ -81,22 +98,22 @@ def test_read_image_any_mode_gives_uint8_rgb(tmp_path):
   tiff = tmp_path / 'f.tiff'
   Image.fromarray(np.zeros((9, 7, 3), np.uint8)).save(tiff)
   for path in [*paths, str(grey16), str(tiff)]:
-    image = features.read_image(path)
+    image = image_ops.read_image(path)
     assert image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3, path
-  grey = features.read_image(paths[1])
+  grey = image_ops.read_image(paths[1])
   assert grey.shape == (64, 30, 3) and np.all(grey[..., 0] == grey[..., 2])
   # 16-bit values are scaled to 8 bits (65535 → 255), not clipped to one saturated value.
-  assert abs(int(features.read_image(str(grey16)).max()) - 59900 / 257) <= 1
+  assert abs(int(image_ops.read_image(str(grey16)).max()) - 59900 / 257) <= 1
 
 
 def test_read_image_errors(tmp_path):
-  with pytest.raises(features.ImageError, match='Could not find image'):
-    features.read_image(str(tmp_path / 'missing.jpg'))
+  with pytest.raises(image_ops.ImageError, match='Could not find image'):
+    image_ops.read_image(str(tmp_path / 'missing.jpg'))
   bad = tmp_path / 'notes.txt'
   bad.write_text('not an image')
-  with pytest.raises(features.ImageError, match='Could not read image'):
-    features.read_image(str(bad))
-  assert issubclass(features.ImageError, ValueError)
+  with pytest.raises(image_ops.ImageError, match='Could not read image'):
+    image_ops.read_image(str(bad))
+  assert issubclass(image_ops.ImageError, ValueError)
 
 
 def test_load_model_reads_classes_and_size(saved):

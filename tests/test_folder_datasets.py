@@ -12,6 +12,8 @@ import tensorflow as tf
 
 from vit_jax import config_lib
 from vit_jax import input_pipeline
+from vit_jax.data import folder_source
+from vit_jax.data import image_ops
 
 CLASSES = ('cat', 'dog', 'fox')
 
@@ -38,7 +40,7 @@ def make_config(root, train='train', test='test', **overrides):
 
 
 def files(root, spec):
-  paths, _ = input_pipeline._folder_split(root, CLASSES, spec)
+  paths, _ = folder_source.folder_split(root, CLASSES, spec)
   return list(paths)
 
 
@@ -68,7 +70,7 @@ def test_eval_split_names_are_aliases(tmp_path, eval_folder):
 def test_train_only_serves_eval_from_the_held_out_slice(tmp_path):
   root = write_folder(tmp_path, splits=('train',))
   held_out = files(root, 'test')
-  assert held_out == files(root, 'validation') == files(root, input_pipeline.HELD_OUT_SPLIT)
+  assert held_out == files(root, 'validation') == files(root, folder_source.HELD_OUT_SPLIT)
   assert not set(held_out) & set(files(root, 'train[:98%]'))
 
 
@@ -135,7 +137,7 @@ def test_disjoint_splits_are_accepted(tmp_path, splits, train, test, sizes):
   root = write_folder(tmp_path, splits=splits)
   info = input_pipeline.get_dataset_info(make_config(root, train, test))
   assert (info.num_train_examples, info.num_test_examples) == sizes
-  assert not set(files(root, input_pipeline._without_held_out(root, train))) & set(
+  assert not set(files(root, folder_source.without_held_out(root, train))) & set(
       files(root, test))
 
 
@@ -304,7 +306,7 @@ def test_files_with_trailers_or_padding_are_read_and_truncated_ones_are_not():
   for make in TRUNCATED.values():
     with pytest.raises(tf.errors.InvalidArgumentError):
       tf.io.decode_image(make(0))
-  check = tf.function(input_pipeline._readable)
+  check = tf.function(image_ops.readable)
   for name, make in {**WHOLE, **TRUNCATED}.items():
     assert bool(check(tf.constant(make(0)), tf.constant(name))) == (name in WHOLE), name
 
@@ -324,7 +326,7 @@ OTHER_TRUNCATED = {
 
 
 def test_webp_and_bmp_content_is_read_and_truncated_ones_are_not():
-  check = tf.function(input_pipeline._readable)
+  check = tf.function(image_ops.readable)
   for name, make in {**OTHER_WHOLE, **OTHER_TRUNCATED}.items():
     data = make(0)
     try:

@@ -1,6 +1,8 @@
 """Input pipeline: shapes, ranges, exact eval, resume, processes, folders, errors (offline)."""
 
 import os
+import socket
+import time
 from unittest import mock
 
 import jax
@@ -8,11 +10,12 @@ import ml_collections
 import numpy as np
 import pytest
 import tensorflow as tf
-import tensorflow_datasets as tfds
 from PIL import Image
+from tensorflow_datasets.core.download import downloader
 
 from vit_jax import config_lib
 from vit_jax import input_pipeline
+from vit_jax.data import augment
 from vit_jax.data import randaugment
 
 
@@ -55,7 +58,7 @@ def write_image_folder(root, files_per_class=3, test_files=2):
     f.write('ignored: not an image extension')
 
 
-@pytest.mark.parametrize('train_aug', input_pipeline.TRAIN_AUGS)
+@pytest.mark.parametrize('train_aug', augment.TRAIN_AUGS)
 def test_train_batches(mock_cifar10, train_aug):
   config = make_config()
   config.pp.train_aug = train_aug
@@ -89,7 +92,7 @@ def test_random_erase_train_batches_keep_shape_and_range(mock_cifar10):
 @pytest.mark.parametrize('seed', range(20))
 def test_random_erase_is_one_rectangle_of_the_paper_s_size(seed):
   image = tf.fill([40, 30, 3], 300.)  # Out of the noise's range, so every erased pixel shows.
-  erased = input_pipeline.random_erase(image, 1., tf.constant([seed, 7])).numpy()
+  erased = augment.random_erase(image, 1., tf.constant([seed, 7])).numpy()
   inside = np.all(erased != 300., axis=-1)
   assert np.array_equal(inside, np.any(erased != 300., axis=-1))  # All channels or none.
   rows, cols = np.nonzero(inside.any(1))[0], np.nonzero(inside.any(0))[0]
@@ -97,16 +100,16 @@ def test_random_erase_is_one_rectangle_of_the_paper_s_size(seed):
   assert inside.sum() == len(rows) * len(cols)  # ...and nothing outside it.
   assert 0.5 * 0.02 * 1200 <= inside.sum() <= 0.4 * 1200 * 1.3  # 2-40% of the area, rounded.
   assert 0. <= erased[inside].min() and erased[inside].max() <= 255.
-  again = input_pipeline.random_erase(image, 1., tf.constant([seed, 7])).numpy()
+  again = augment.random_erase(image, 1., tf.constant([seed, 7])).numpy()
   np.testing.assert_array_equal(erased, again)
 
 
 def test_random_erase_probability():
   image = tf.fill([8, 8, 1], 300.)
-  erased = [np.any(input_pipeline.random_erase(image, 0.25, tf.constant([s, 0])).numpy() != 300.)
+  erased = [np.any(augment.random_erase(image, 0.25, tf.constant([s, 0])).numpy() != 300.)
             for s in range(400)]
   assert 0.17 < np.mean(erased) < 0.33
-  assert not np.any(input_pipeline.random_erase(image, 0., tf.constant([1, 0])).numpy() != 300.)
+  assert not np.any(augment.random_erase(image, 0., tf.constant([1, 0])).numpy() != 300.)
 
 
 def test_dataset_info(mock_cifar10):
@@ -217,15 +220,23 @@ def test_bad_directory_layout(tmp_path):
     input_pipeline.get_dataset_info(make_config(dataset=str(tmp_path)))
 
 
-def test_offline_tfds_fails_fast_with_advice(tmp_path):
-  """No mock: an unprepared dataset whose servers are unreachable → ValueError, no download."""
-  config = make_config(tfds_data_dir=str(tmp_path))
-  with mock.patch.object(input_pipeline, '_can_connect', return_value=False), \
-       mock.patch.object(tfds.core.DatasetBuilder, 'download_and_prepare') as download:
-    download.__module__ = 'tensorflow_datasets.core.dataset_builder'  # Looks unmocked.
-    with pytest.raises(ValueError, match='cannot be downloaded.*tfds_data_dir.*tfds_manual_dir'):
-      input_pipeline.get_dataset_info(config)
-  download.assert_not_called()
+def test_offline_tfds_fails_fast_with_advice(tmp_path, monkeypatch):
+  """No mock: a download that cannot connect (a dead local proxy) is one short attempt, then the
+  one-line advice (TFDS alone retries for ~3.5 minutes)."""
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    dead = f'http://127.0.0.1:{s.getsockname()[1]}'  # Closed when the block ends: refuses.
+  for var in ('HTTPS_PROXY', 'https_proxy', 'HTTP_PROXY', 'http_proxy'):
+    monkeypatch.setenv(var, dead)
+  for var in ('NO_PROXY', 'no_proxy'):
+    monkeypatch.delenv(var, raising=False)
+  retries = downloader.MAX_RETRIES
+  start = time.monotonic()
+  with pytest.raises(ValueError, match='cannot be downloaded: the download failed .*'
+                     'tfds_data_dir.*tfds_manual_dir'):
+    input_pipeline.get_dataset_info(make_config(tfds_data_dir=str(tmp_path)))
+  assert time.monotonic() - start < 60
+  assert downloader.MAX_RETRIES == retries  # TFDS's own setting again after the attempt.
 
 
 def test_manual_dataset_needs_manual_dir(tmp_path):

@@ -203,7 +203,7 @@ def test_resnet_trains_exports_predicts_and_teaches_a_vit(tmp_path, capsys):
   top = json.loads(capsys.readouterr().out)['results'][0]['predictions']
   from vit_jax.tools import features
   loaded = features.load_model(npz, 'ResNet-11_28px', 32)
-  logits = loaded.model.apply({'params': loaded.params}, features.load_images([str(image)], 32),
+  logits = loaded.model.apply({'params': loaded.params}, loaded.load_images([str(image)]),
                               train=False)[0]
   probs = np.asarray(jax.nn.softmax(logits))
   # After 3 steps the classes are nearly tied: compare the probabilities of the listed classes.

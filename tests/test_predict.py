@@ -11,6 +11,8 @@ import pytest
 
 from test_features import write_checkpoint, write_images
 from vit_jax import config_lib
+from vit_jax.data import folder_source
+from vit_jax.data import image_ops
 from vit_jax.tools import features
 from vit_jax.tools import predict
 
@@ -71,7 +73,7 @@ def test_text_output_matches_the_model(setup, capsys):
   assert lines[::4] == images  # Sorted folder listing, 1 path line + 3 label lines each.
   loaded = features.load_model(ckpt, 'testing')
   logits = loaded.model.apply({'params': loaded.params},
-                              features.load_images(images, 32), train=False)
+                              image_ops.load_images(images, 32), train=False)
   best = predict.load_labels('cifar10', 10)[int(np.argmax(logits[0]))]
   assert lines[1].endswith(best)
 
@@ -171,8 +173,8 @@ def test_predictions_agree_with_the_eval_pipeline(setup, tmp_path, capsys):
   results = json.loads(out)['results']
   assert [r['image'] for r in results] == files and len(logits) == len(files) == 6
   # The eval pipeline reads a folder in its own fixed (class-interleaved) order.
-  eval_order, _ = input_pipeline._folder_split(str(tmp_path / 'data'),
-                                               ('class0', 'class1', 'class2'), 'test')
+  eval_order, _ = folder_source.folder_split(str(tmp_path / 'data'),
+                                             ('class0', 'class1', 'class2'), 'test')
   logits = np.stack([dict(zip(map(str, eval_order), logits))[f] for f in files])
   want_idx, want_p = predict.top_k(logits, 10)
   for r, idx, p in zip(results, want_idx, want_p):
@@ -195,7 +197,7 @@ def test_model_outside_the_presets_from_a_py_file(tmp_path, setup, capsys):
                     '--labels=fashion_mnist', setup[2][0])
   assert rc == 0 and json.loads(out)['image_size'] == 24
   logits = loaded.model.apply({'params': loaded.params},
-                              features.load_images(setup[2][:1], 24), train=False)
+                              image_ops.load_images(setup[2][:1], 24), train=False)
   assert json.loads(out)['results'][0]['predictions'][0]['index'] == int(np.argmax(logits[0]))
   # An experiment config (with .model) works too; a broken or wrong file is one clear line.
   exp_py = tmp_path / 'exp.py'

@@ -18,6 +18,7 @@ from vit_jax import checkpoint
 from vit_jax.tools import features
 from vit_jax import models
 from vit_jax.checkpoints import timm_format
+from vit_jax.data import image_ops
 
 torch = pytest.importorskip('torch')
 timm = pytest.importorskip('timm')
@@ -213,7 +214,7 @@ def test_predict_cli_on_a_hub_folder(family, tmp_path, capsys):
   assert rc == 0, err
   got = {p['index']: p['probability'] for p in json.loads(out)['results'][0]['predictions']}
   cfg = net.pretrained_cfg
-  x = features.preprocess(features.read_image(str(image)), 2 * FAMILIES[family][2],
+  x = image_ops.preprocess(image_ops.read_image(str(image)), 2 * FAMILIES[family][2],
                           cfg['mean'], cfg['std'])
   want = torch.softmax(torch.from_numpy(timm_logits(net, x[None])), -1).numpy()[0]
   np.testing.assert_allclose([got[i] for i in range(5)], want, atol=1e-5)
@@ -275,7 +276,7 @@ def check_run_normalization(workdir, folder, config, tmp_path):
   eval_data = input_pipeline.get_eval_data(normalised)
   fed = np.concatenate([b['image'] for b in eval_data.dataset.as_numpy_iterator()])
   files = sorted(glob.glob(os.path.join(config.dataset, 'test', '*', '*.png')))
-  want = np.stack([features.preprocess(features.read_image(f), 56, mean, std) for f in files])
+  want = np.stack([image_ops.preprocess(image_ops.read_image(f), 56, mean, std) for f in files])
   for image in fed[:eval_data.num_examples]:  # Each one is some test file, so normalised.
     assert np.abs(want - image).max(axis=(1, 2, 3)).min() < 1e-6
   mine = config.copy_and_resolve_references()

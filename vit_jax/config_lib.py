@@ -39,10 +39,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.model = None  # A model ConfigDict; see with_model().
   c.dataset = ''  # A TFDS name or a directory with {train,test}/<class>/*.jpg.
   c.tfds_data_dir = config_dict.placeholder(str)  # TFDS data_dir (None: TFDS default).
-  c.tfds_manual_dir = config_dict.placeholder(str)  # For datasets that need a manual download.
-  # fashion_mnist only: a folder with the four idx .gz files, used instead of downloading when
-  # the TFDS copy is not prepared ('' = $FASHION_MNIST_DIR, else Debian's dataset-fashion-mnist).
-  c.fashion_mnist_dir = ''
+  # A folder with the dataset's files, read when its TFDS copy is not prepared: a manual
+  # download, or local files a preparer reads instead of downloading (fashion_mnist: the four
+  # idx .gz files; None: $FASHION_MNIST_DIR, else Debian's dataset-fashion-mnist).
+  c.tfds_manual_dir = config_dict.placeholder(str)
   c.data_sharding = 'split'  # 'split': each process reads its share; 'stream': see input_pipeline.
   c.pp = ml_collections.ConfigDict()
   c.pp.train = 'train'  # Train split (TFDS slicing syntax).

@@ -1,8 +1,16 @@
-"""`python -m vit_jax.fashion_mnist`: the command lives in vit_jax/data/fashion_mnist.py."""
+"""Prepares TFDS fashion_mnist from local idx files, for machines that cannot download it.
 
-import sys
+  python -m vit_jax.fashion_mnist [--data_dir=TFDS_DATA_DIR] [--source_dir=IDX_DIR]
+
+The command lives in vit_jax/data/fashion_mnist.py; this entry point keeps its name.
+"""
+
+from absl import app
+from absl import flags
 
 from vit_jax.data import fashion_mnist
 
+flags.adopt_module_key_flags(fashion_mnist)
+
 if __name__ == '__main__':
-  sys.exit(fashion_mnist.main())
+  app.run(fashion_mnist.main)

@@ -28,6 +28,7 @@ from jax.sharding import Mesh
 from vit_jax import checkpoint
 from vit_jax.training import distill
 from vit_jax import input_pipeline
+from vit_jax.data import image_ops
 from vit_jax import models
 from vit_jax.training import optim
 from vit_jax.training import parallel
@@ -246,7 +247,7 @@ def validate_config(config: Any, mesh: Mesh) -> None:
   if config.loss not in LOSSES:
     raise ValueError(f'Unknown loss={config.loss!r}; use one of {", ".join(LOSSES)}.')
   distill.validate(config)
-  input_pipeline.make_normalize(config.pp.mean, config.pp.std)  # Bad values: one line, now.
+  image_ops.make_normalize(config.pp.mean, config.pp.std)  # Bad values: one line, now.
   if config.mixup < 0:
     raise ValueError(f'mixup={config.mixup} must be >= 0 (0 = off; 0.2 as in big_vision).')
   if not 0. <= config.ema_decay < 1.:
@@ -722,7 +723,7 @@ def with_checkpoint_normalization(config: ml_collections.ConfigDict, workdir: st
   a resumed run's inputs never change midway, even when the pretrained file is gone by then.
   """
   pp = config.pp
-  if not input_pipeline.is_official_normalization(pp.mean, pp.std):
+  if not image_ops.is_official_normalization(pp.mean, pp.std):
     return config
   recorded = os.path.join(workdir, NORMALIZATION_FILE)
   if os.path.isfile(recorded):
@@ -736,7 +737,7 @@ def with_checkpoint_normalization(config: ml_collections.ConfigDict, workdir: st
     mean, std = checkpoint.input_normalization(path)
   else:
     return config
-  if input_pipeline.is_official_normalization(mean, std):
+  if image_ops.is_official_normalization(mean, std):
     return config
   logging.info('Input normalisation of %s: (x / 255 - mean) / std with mean %s, std %s (not '
                'x / 127.5 - 1); set --config.pp.mean/--config.pp.std to choose others.',

@@ -2,8 +2,10 @@
 
   python -m vit_jax.fashion_mnist [--data_dir=TFDS_DATA_DIR] [--source_dir=IDX_DIR]
 
-(`scripts/setup.sh` runs this; a run with config.dataset='fashion_mnist' also does it when the
-TFDS copy is missing and the local files exist: see `config.fashion_mnist_dir`.)
+(`scripts/setup.sh` installs the files.) A run with config.dataset='fashion_mnist' prepares the
+TFDS copy too when it is missing and the local files exist: this module registers
+`prepare_if_local` as the dataset's local preparer (`tfds_source.register_local_preparer`),
+which looks in `config.tfds_manual_dir`, then $FASHION_MNIST_DIR, then Debian's folder.
 
 Debian's `dataset-fashion-mnist` package ships the original idx files under
 `/usr/share/datasets/fashion-mnist/`, re-gzipped, so their checksums differ from the ones TFDS
@@ -22,7 +24,11 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow_datasets as tfds
+from absl import app
+from absl import flags
 from absl import logging
+
+from vit_jax.data import tfds_source
 
 DEFAULT_SOURCE_DIR = '/usr/share/datasets/fashion-mnist'
 SOURCE_DIR_ENV = 'FASHION_MNIST_DIR'
@@ -109,7 +115,7 @@ def find_source_dir(source_dir: Optional[str] = None) -> str:
   raise ValueError(
       f'no local copy of fashion_mnist was found (looked in {", ".join(_candidates(source_dir))} '
       f'for {", ".join(_NEEDED)}): run `apt-get install dataset-fashion-mnist`, or set '
-      f'{SOURCE_DIR_ENV} (or config.fashion_mnist_dir) to a folder with these files.')
+      f'{SOURCE_DIR_ENV} (or config.tfds_manual_dir) to a folder with these files.')
 
 
 def load_split(source_dir: str, split: str) -> Tuple[np.ndarray, np.ndarray]:
@@ -178,22 +184,36 @@ def prepare(data_dir: Optional[str] = None, source_dir: Optional[str] = None) ->
   logging.info('Prepared fashion_mnist in %.1fs', time.time() - start)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def prepare_if_local(data_dir: Optional[str], source_dir: Optional[str]) -> bool:
+  """`prepare` when a folder has the idx files; False (nothing done) when none has them."""
+  if not local_source_dir(source_dir):
+    return False
+  prepare(data_dir, source_dir)
+  return True
+
+
+tfds_source.register_local_preparer('fashion_mnist', tfds_source.LocalPreparer(
+    prepare=prepare_if_local,
+    offline_hint=(' For fashion_mnist offline: `apt-get install dataset-fashion-mnist` or set '
+                  'config.tfds_manual_dir to a folder with its idx files.')))
+
+_DATA_DIR = flags.DEFINE_string('data_dir', None, 'TFDS data dir (default: TFDS default).')
+_SOURCE_DIR = flags.DEFINE_string(
+    'source_dir', None, f'idx files (default: ${SOURCE_DIR_ENV} or {DEFAULT_SOURCE_DIR}).')
+
+
+def main(argv: Sequence[str]) -> int:
   """`python -m vit_jax.fashion_mnist`: prepares the TFDS copy; one line and 1 on errors."""
-  import argparse
-  parser = argparse.ArgumentParser(description='Prepare TFDS fashion_mnist from local idx files.')
-  parser.add_argument('--data_dir', default=None, help='TFDS data dir (default: TFDS default).')
-  parser.add_argument('--source_dir', default=None, help=f'idx files (default: ${SOURCE_DIR_ENV} '
-                      f'or {DEFAULT_SOURCE_DIR}).')
-  args = parser.parse_args(argv)
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   try:
-    prepare(args.data_dir, args.source_dir)
+    prepare(_DATA_DIR.value, _SOURCE_DIR.value)
   except ValueError as e:
     print(f'fashion_mnist: error: {e}', file=sys.stderr)
     return 1
-  print(f'fashion_mnist is prepared in {args.data_dir or "the TFDS default data dir"}.')
+  print(f'fashion_mnist is prepared in {_DATA_DIR.value or "the TFDS default data dir"}.')
   return 0
 
 
 if __name__ == '__main__':
-  sys.exit(main())
+  app.run(main)

@@ -26,6 +26,7 @@ import numpy as np
 from absl import flags
 
 from vit_jax import checkpoint
+from vit_jax.data import image_ops
 from vit_jax.tools import cli
 from vit_jax.tools import features
 from vit_jax import models
@@ -134,9 +135,10 @@ def sample_images(size: int) -> Tuple[List[Tuple[str, np.ndarray]], str]:
   try:
     import matplotlib.cbook
     names = ('grace_hopper.jpg', 'Minduka_Present_Blue_Pack.png')
-    images = [(n, features.read_image(str(matplotlib.cbook.get_sample_data(n, asfileobj=False))))
-              for n in names]
-    return images, 'matplotlib sample photos (scikit-image is not installed)'
+    samples = [(n, image_ops.read_image(str(matplotlib.cbook.get_sample_data(n,
+                                                                             asfileobj=False))))
+               for n in names]
+    return samples, 'matplotlib sample photos (scikit-image is not installed)'
   except (OSError, ValueError):
     pass
   rng = np.random.default_rng(0)
@@ -237,7 +239,7 @@ def _load_inputs(paths: Sequence[str], loaded: features.LoadedModel
     return files, loaded.load_images(files), 'images given on the command line'
   samples, note = sample_images(size)
   return ([name for name, _ in samples],
-          np.stack([features.preprocess(image, size, loaded.mean, loaded.std)
+          np.stack([image_ops.preprocess(image, size, loaded.mean, loaded.std)
                     for _, image in samples]), note)
 
 

@@ -6,9 +6,9 @@ shapes describe (`checkpoint.architecture`; a run's metadata.json adds what shap
 once with Flax's `capture_intermediates` plus the attention weights each block sows, so the
 numbers are exactly those of the forward pass that makes predictions (no second model).
 
-Images are read and resized like the evaluation input pipeline (`input_pipeline.py`): decode
-to 3-channel RGB, `tf.image.resize` bilinear to the square model size, then
-`(x - 127.5) / 127.5`; predictions on a file therefore match eval on the same image.
+Images are read and preprocessed by `data/image_ops.py`, with the ops of the evaluation input
+pipeline (decode to 3-channel RGB, bilinear resize to the square model size, `x / 127.5 - 1`),
+so predictions on a file match eval on the same image.
 """
 
 import dataclasses
@@ -27,89 +27,9 @@ from vit_jax import checkpoint
 from vit_jax import config_lib
 from vit_jax import models
 from vit_jax import models_vit
+from vit_jax.data import image_ops
 
 Params = Dict[str, Any]
-
-IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.gif', '.bmp', '.webp', '.tif', '.tiff')
-
-
-# File signatures of the formats TF decodes (JPEG, PNG, GIF, BMP); others go straight to Pillow
-# so TF never logs a C++ warning for a file it cannot read.
-_TF_IMAGE_MAGIC = (b'\xff\xd8\xff', b'\x89PNG', b'GIF8', b'BM')
-
-
-class ImageError(ValueError):
-  """An image file that is missing or cannot be decoded."""
-
-
-def _tensorflow():
-  """Imports TensorFlow (heavy; only the image tools need it) without its C++ warning spam."""
-  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-  import tensorflow as tf
-  return tf
-
-
-def read_image(path: str) -> np.ndarray:
-  """Decodes an image file to uint8 RGB (H, W, 3), whatever its format or mode.
-
-  TensorFlow's decoder comes first because it is the one TFDS (hence the eval pipeline) uses,
-  so JPEG pixels agree bit for bit; Pillow covers what TF cannot read (TIFF, WebP, 16-bit
-  or palette modes TF rejects).
-  """
-  if not os.path.isfile(path):
-    raise ImageError(f'Could not find image "{path}"; check the path.')
-  with open(path, 'rb') as f:
-    header = f.read(8)
-  if header.startswith(_TF_IMAGE_MAGIC):
-    tf = _tensorflow()
-    try:
-      image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False,
-                                 dtype=tf.uint8)
-      return image.numpy()
-    except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError):
-      pass  # E.g. a truncated JPEG; Pillow's error message is the clearer one.
-  return _read_image_pil(path)
-
-
-def _read_image_pil(path: str) -> np.ndarray:
-  from PIL import Image, UnidentifiedImageError
-  try:
-    with Image.open(path) as image:
-      image.load()
-      if image.mode in ('I;16', 'I;16B', 'I;16L', 'I'):
-        # 16-bit grey: scale to 8 bits rather than clip (convert('RGB') would saturate).
-        array = np.asarray(image, np.float64)
-        image = Image.fromarray(np.round(array * 255. / max(array.max(), 1.)).astype(np.uint8))
-      return np.asarray(image.convert('RGB'), np.uint8)
-  except (UnidentifiedImageError, OSError, ValueError) as e:
-    raise ImageError(f'Could not read image "{path}" ({e}); it is not an image file this tool '
-                     'can decode (JPEG, PNG, GIF, BMP, WebP, TIFF).') from None
-
-
-def preprocess(image: np.ndarray, image_size: int,
-               mean: Sequence[float] = checkpoint.timm_format.OFFICIAL_MEAN,
-               std: Sequence[float] = checkpoint.timm_format.OFFICIAL_STD) -> np.ndarray:
-  """uint8 RGB (H, W, 3) → float32 (size, size, 3) in [-1, 1], as the eval pipeline does it.
-
-  Bilinear `tf.image.resize` without antialiasing and without cropping (the official eval
-  path resizes the whole image to a square), then `x / 127.5 - 1`. Another `mean`/`std` (of
-  the [0, 1] image: a timm checkpoint's config.json) gives `(x / 255 - mean) / std` instead.
-  """
-  tf = _tensorflow()
-  resized = tf.image.resize(image, [image_size, image_size], method='bilinear')
-  if tuple(mean) == checkpoint.timm_format.OFFICIAL_MEAN and \
-      tuple(std) == checkpoint.timm_format.OFFICIAL_STD:
-    # x / 127.5 - 1 (= (x - 127.5) / 127.5) in float32, the input pipeline's exact arithmetic.
-    return (tf.cast(resized, tf.float32) / 127.5 - 1.).numpy()
-  scaled = tf.cast(resized, tf.float32).numpy() / np.float32(255.)
-  return ((scaled - np.float32(mean)) / np.float32(std)).astype(np.float32)
-
-
-def load_images(paths: Sequence[str], image_size: int,
-                mean: Sequence[float] = checkpoint.timm_format.OFFICIAL_MEAN,
-                std: Sequence[float] = checkpoint.timm_format.OFFICIAL_STD) -> np.ndarray:
-  """Reads and preprocesses `paths` into one (len(paths), size, size, 3) float32 batch."""
-  return np.stack([preprocess(read_image(p), image_size, mean, std) for p in paths])
 
 
 @flax.struct.dataclass
@@ -208,7 +128,7 @@ class LoadedModel:
 
   def load_images(self, paths: Sequence[str]) -> np.ndarray:
     """`paths` preprocessed for this model (its input size, mean and std)."""
-    return load_images(paths, self.image_size, self.mean, self.std)
+    return image_ops.load_images(paths, self.image_size, self.mean, self.std)
 
 
 def model_config(model: str) -> ml_collections.ConfigDict:

@@ -9,7 +9,7 @@ metadata.json adds what shapes cannot say). `--model` (a preset name or a .py fi
 `get_config()` returns a model ConfigDict) is only a check that the file is that model.
 
 Images (JPEG/PNG/..., any size or colour mode) are preprocessed as the eval pipeline does
-(`features.preprocess`) and run in batches. Label names: `--labels` (a shipped set or a text
+(`image_ops.preprocess`) and run in batches. Label names: `--labels` (a shipped set or a text
 file with one name a line) if given, else the run's metadata, else the shipped set the head
 size identifies (1000, 21843, 100 classes), else 'class N'. Bad input prints one line, exit 1.
 """
@@ -25,6 +25,7 @@ import numpy as np
 from absl import flags
 from absl import logging
 
+from vit_jax.data import image_ops
 from vit_jax.tools import cli
 from vit_jax.tools import features
 
@@ -80,15 +81,15 @@ def list_images(paths: Sequence[str]) -> List[str]:
   for path in paths:
     if os.path.isdir(path):
       inside = sorted(os.path.join(root, name) for root, _, names in os.walk(path)
-                      for name in names if name.lower().endswith(features.IMAGE_EXTENSIONS))
+                      for name in names if name.lower().endswith(image_ops.IMAGE_EXTENSIONS))
       if not inside:
         raise ValueError(f'Folder "{path}" has no image files '
-                         f'({", ".join(features.IMAGE_EXTENSIONS)}).')
+                         f'({", ".join(image_ops.IMAGE_EXTENSIONS)}).')
       found.extend(inside)
     elif os.path.isfile(path):
       found.append(path)
     else:
-      raise features.ImageError(f'Could not find image "{path}"; check the path.')
+      raise image_ops.ImageError(f'Could not find image "{path}"; check the path.')
   return found
 
 
