@@ -4,6 +4,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import types
 
@@ -263,3 +264,17 @@ def test_grid_steps_per_fraction_reach_every_arm():
   assert 'resnet_p100_s1' not in steps  # full_seeds=1.
   with pytest.raises(ValueError, match=r'names no steps for pct \[5, 100\]'):
     grid_lib.load_grid(f'{STUDY_GRID}:steps=1:700')
+
+
+def test_the_runner_command_lists_its_flags_and_fails_in_one_line():
+  """`python -m research.small_data`: absl flags at module level, so `--help` lists them."""
+  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  command = [sys.executable, '-m', 'research.small_data']
+  proc = subprocess.run([*command, '--help'], cwd=ROOT, env=env, capture_output=True, text=True,
+                        timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  for flag in ('grid', 'out', 'results', '[no]report', 'report_dir', 'doc'):
+    assert f'  --{flag}:' in proc.stdout, flag
+  proc = subprocess.run([*command, '--grid=research/small_data/none.py'], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 1 and proc.stderr.strip().startswith("error: Grid file '"), proc.stderr
