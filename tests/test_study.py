@@ -271,8 +271,7 @@ def test_the_runner_command_lists_its_flags_and_fails_in_one_line():
   env = dict(os.environ, JAX_PLATFORMS='cpu')
   command = [sys.executable, '-m', 'research.small_data']
   proc = subprocess.run([*command, '--help'], cwd=ROOT, env=env, capture_output=True, text=True,
-                        timeout=300)
-  assert proc.returncode == 0, proc.stderr[-2000:]
+                        timeout=300)  # absl's help exits 1, as vit_jax.main's.
   for flag in ('grid', 'out', 'results', '[no]report', 'report_dir', 'doc'):
     assert f'  --{flag}:' in proc.stdout, flag
   proc = subprocess.run([*command, '--grid=research/small_data/none.py'], cwd=ROOT, env=env,

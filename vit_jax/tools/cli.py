@@ -41,16 +41,21 @@ def run(tool: types.ModuleType) -> None:
 def call(tool: types.ModuleType, argv: Sequence[str]) -> int:
   """Runs `tool` in this process as `python -m` would with `argv` (program name first).
 
-  Returns the exit status. Flags are reset before and after, so calls (of one tool or several)
-  do not see each other's flags.
+  Returns the exit status. Only the tool's own flags are parsed (its key flags: other modules'
+  flags, e.g. main.py's required --config, are not checked), and every flag is reset before and
+  after, so calls (of one tool or several) do not see each other's flags.
   """
   FLAGS.unparse_flags()
   try:
     _adapt_shared_flags(tool)
+    own = flags.FlagValues()
+    for flag in FLAGS.get_key_flags_for_module(tool.__name__):
+      own[flag.name] = flag  # The same Flag objects: their values are what the tool reads.
     try:
-      positional = FLAGS(list(argv))
+      positional = own(list(argv))
     except flags.Error as e:
       return _error(tool, e)
+    FLAGS.mark_as_parsed()
     return _finish(tool, positional)
   finally:
     FLAGS.unparse_flags()
@@ -68,6 +73,8 @@ def _parse(tool: types.ModuleType, argv: Sequence[str]) -> List[str]:
     return FLAGS(list(argv))
   except flags.Error as e:
     sys.exit(_error(tool, e))
+  except SystemExit:  # absl's --help/--helpfull printed the help and exit 1; the tools exit 0.
+    sys.exit(0)
 
 
 def _finish(tool: types.ModuleType, argv: Sequence[str]) -> int:
