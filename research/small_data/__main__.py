@@ -45,9 +45,9 @@ from research.small_data import grid as grid_lib
 from research.small_data import records
 from research.small_data import report
 from research.small_data import runner
+from vit_jax.tools import cli
 
 _GRID = flags.DEFINE_string('grid', None, 'Grid file: path.py[:arg] with get_grid(arg).')
-_OUT = flags.DEFINE_string('out', 'runs/study', 'Folder of the run directories (out/<name>).')
 _RESULTS = flags.DEFINE_string(
     'results', None, 'The results file (one JSON line a run) the runner keeps and the report '
     'reads (default: --out/results.jsonl).')
@@ -57,6 +57,10 @@ _REPORT_DIR = flags.DEFINE_string('report_dir', None,
                                   'Where the PNGs and report.md go (default: --out).')
 _DOC = flags.DEFINE_string('doc', None, 'A markdown file whose study:begin/end block receives '
                            'the report (image links relative to it).')
+# --out is vit_jax's shared --out (the FLOPs count imports vit_jax.tools, which defines it).
+flags.declare_key_flag('out')
+FLAG_DEFAULTS = {'out': 'runs/study'}
+FLAG_HELP = {'out': 'Folder of the run directories (out/<name>).'}
 
 
 def _interrupt(signum, frame) -> None:
@@ -65,11 +69,11 @@ def _interrupt(signum, frame) -> None:
 
 def write_report(grid: grid_lib.Grid, results: str) -> str:
   """Writes report.md (and --doc's block) from `results`; returns the report's path."""
-  by_name = records.update_results(results, grid, _OUT.value)  # Run dirs present win.
+  by_name = records.update_results(results, grid, cli.OUT.value)  # Run dirs present win.
   if not by_name:
     raise ValueError(f'No results in {results}: run the grid first (without --report), or '
                      'pass --results=FILE.jsonl of a grid that ran.')
-  report_dir = _REPORT_DIR.value or _OUT.value
+  report_dir = _REPORT_DIR.value or cli.OUT.value
   doc = _DOC.value
   doc_dir = os.path.dirname(os.path.abspath(doc)) if doc else report_dir
   text = report.report_markdown(grid, by_name, report_dir,
@@ -90,8 +94,8 @@ def main(argv: Sequence[str]) -> int:
     raise app.UsageError('--grid=FILE.py[:ARG] is required.')
   try:
     grid = grid_lib.load_grid(_GRID.value)
-    results = _RESULTS.value or os.path.join(_OUT.value, records.RESULTS_FILE)
-    failed = [] if _REPORT.value else runner.run_grid(grid, _OUT.value, results=results)
+    results = _RESULTS.value or os.path.join(cli.OUT.value, records.RESULTS_FILE)
+    failed = [] if _REPORT.value else runner.run_grid(grid, cli.OUT.value, results=results)
     path = write_report(grid, results)
   except ValueError as e:
     print(f'error: {str(e).splitlines()[0]}', file=sys.stderr)
@@ -105,4 +109,5 @@ def main(argv: Sequence[str]) -> int:
 
 
 if __name__ == '__main__':
+  cli.adapt_shared_flags(sys.modules[__name__])
   app.run(lambda argv: sys.exit(main(argv)))

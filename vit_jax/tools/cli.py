@@ -34,7 +34,7 @@ _SHARED = {f.name: (f.default, FLAGS[f.name].help)
 
 def run(tool: types.ModuleType) -> None:
   """Runs `tool.main` as the program (absl's `app.run`), with the tool's flag defaults."""
-  _adapt_shared_flags(tool)
+  adapt_shared_flags(tool)
   app.run(lambda argv: _finish(tool, argv), flags_parser=lambda argv: _parse(tool, argv))
 
 
@@ -47,7 +47,7 @@ def call(tool: types.ModuleType, argv: Sequence[str]) -> int:
   """
   FLAGS.unparse_flags()
   try:
-    _adapt_shared_flags(tool)
+    adapt_shared_flags(tool)
     own = flags.FlagValues()
     for flag in FLAGS.get_key_flags_for_module(tool.__name__):
       own[flag.name] = flag  # The same Flag objects: their values are what the tool reads.
@@ -61,8 +61,11 @@ def call(tool: types.ModuleType, argv: Sequence[str]) -> int:
     FLAGS.unparse_flags()
 
 
-def _adapt_shared_flags(tool: types.ModuleType) -> None:
-  """The tool's defaults and help texts of the flags defined here (`--help` shows them)."""
+def adapt_shared_flags(tool: types.ModuleType) -> None:
+  """Gives the flags defined here `tool`'s defaults and help texts (`--help` shows them).
+
+  Also for programs beyond the tools that import one (research/small_data's --out).
+  """
   for name, (default, text) in _SHARED.items():
     FLAGS.set_default(name, getattr(tool, 'FLAG_DEFAULTS', {}).get(name, default))
     FLAGS[name].help = getattr(tool, 'FLAG_HELP', {}).get(name, text)
