@@ -34,7 +34,6 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from absl import flags
 
-from vit_jax.tools import cli
 from vit_jax import hugepages
 
 _MARK = '@@bench '
@@ -455,10 +454,25 @@ def _run(fv: flags.FlagValues, extra: Sequence[str], argv: Sequence[str]) -> Opt
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-  """Command-line entry point; returns the exit status."""
+  """Command-line entry point; returns the exit status (1 and one line on bad input).
+
+  The flags live in this script's own FlagValues (a benchmark, not a package tool: the tests
+  import it beside the tools, whose --model and --image it would clash with).
+  """
   argv = list(sys.argv if argv is None else argv)
-  return cli.run_tool('benchmark', __doc__, define_flags,
-                      lambda fv, extra: _run(fv, extra, argv), argv)
+  fv = flags.FlagValues()
+  define_flags(fv)
+  if any(a in ('-h', '--help', '--helpfull') for a in argv[1:]):
+    print(__doc__ + '\nFlags:\n' + fv.get_help())
+    return 0
+  try:
+    output = _run(fv, fv(argv)[1:], argv)
+  except (flags.Error, ValueError, OSError) as e:
+    print(f'benchmark: error: {e}', file=sys.stderr)
+    return 1
+  if output:
+    print(output)
+  return 0
 
 
 if __name__ == '__main__':

@@ -8,6 +8,7 @@ from PIL import Image
 
 from test_features import write_checkpoint, write_images
 from vit_jax.tools import analyze
+from vit_jax.tools import cli
 
 
 def _random_attention(rng, b, h, n):
@@ -82,8 +83,8 @@ def test_cli_writes_figures_and_numbers(tmp_path, capsys):
   write_checkpoint(ckpt, num_classes=10, image_size=64)
   images = write_images(tmp_path / 'images')[:3]
   out = tmp_path / 'out'
-  rc = analyze.main(['analyze', f'--checkpoint={ckpt}', '--model=testing', f'--out={out}',
-                     *images])
+  rc = cli.call(analyze, ['analyze', f'--checkpoint={ckpt}', '--model=testing', f'--out={out}',
+                          *images])
   text = capsys.readouterr().out
   assert rc == 0 and 'layer  1' in text
   result = json.loads((out / 'analysis.json').read_text())
@@ -102,8 +103,8 @@ def test_cli_writes_figures_and_numbers(tmp_path, capsys):
 def test_cli_without_images_uses_samples(tmp_path, capsys):
   ckpt = tmp_path / 'testing.npz'
   write_checkpoint(ckpt, num_classes=3)
-  rc = analyze.main(['analyze', f'--checkpoint={ckpt}', '--model=testing',
-                     f'--out={tmp_path}/out'])
+  rc = cli.call(analyze, ['analyze', f'--checkpoint={ckpt}', '--model=testing',
+                          f'--out={tmp_path}/out'])
   assert rc == 0
   result = json.loads((tmp_path / 'out' / 'analysis.json').read_text())
   assert len(result['images']) >= 2 and result['images_note'] in capsys.readouterr().out
@@ -129,6 +130,6 @@ def test_cli_errors(args, message, tmp_path, capsys):
   args = [a.replace('OUT', str(tmp_path / 'out')) for a in args]
   if '--model=testing' not in args or '--out' in ' '.join(args):
     args.append(f'--checkpoint={ckpt}')
-  rc = analyze.main(['analyze', *args])
+  rc = cli.call(analyze, ['analyze', *args])
   err = capsys.readouterr().err
   assert rc == 1 and message in err and len(err.strip().splitlines()) == 1

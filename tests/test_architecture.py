@@ -14,6 +14,7 @@ import pytest
 from npz_fixtures import BLOCK_NAMES, images, perturb, published_vit, write_npz
 from test_features import write_images
 from vit_jax.tools import analyze
+from vit_jax.tools import cli
 from vit_jax import checkpoint
 from vit_jax import config_lib
 from vit_jax.tools import features
@@ -152,7 +153,7 @@ def test_predict_without_model_equals_the_preset_path(tmp_path, capsys):
   files = write_images(tmp_path / 'images')
   outputs = []
   for flag in ([], ['--model=testing']):
-    assert predict.main(['predict', f'--checkpoint={path}', '--json', *flag, *files]) == 0
+    assert cli.call(predict, ['predict', f'--checkpoint={path}', '--json', *flag, *files]) == 0
     outputs.append(json.loads(capsys.readouterr().out)['results'])
   assert outputs[0] == outputs[1]
 
@@ -200,7 +201,7 @@ def test_run_directory_predicts_with_label_names(tmp_path, capsys):
   assert checkpoint.read_metadata(str(run / 'params.npz')) == meta
   files = write_images(tmp_path / 'images')[:2]
   for target in (run, run / 'params.npz'):
-    assert predict.main(['predict', f'--checkpoint={target}', '--json', *files]) == 0
+    assert cli.call(predict, ['predict', f'--checkpoint={target}', '--json', *files]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result['image_size'] == 28
     assert result['results'][0]['predictions'][0]['label'] in names
@@ -216,8 +217,8 @@ def test_run_directory_predicts_with_label_names(tmp_path, capsys):
 def test_analyze_a_run_directory(tmp_path, capsys):
   run, _, _ = _run_dir(tmp_path)
   out = tmp_path / 'out'
-  rc = analyze.main(['analyze', f'--checkpoint={run}', f'--out={out}',
-                     write_images(tmp_path / 'images')[0]])
+  rc = cli.call(analyze, ['analyze', f'--checkpoint={run}', f'--out={out}',
+                          write_images(tmp_path / 'images')[0]])
   assert rc == 0, capsys.readouterr().err
   assert json.loads((out / 'analysis.json').read_text())['token_grid'] == [4, 4]
 
@@ -225,7 +226,7 @@ def test_analyze_a_run_directory(tmp_path, capsys):
 def test_wrong_model_is_one_short_line(tmp_path, capsys):
   run, _, _ = _run_dir(tmp_path)
   image = write_images(tmp_path / 'images')[0]
-  assert predict.main(['predict', f'--checkpoint={run}', '--model=ViT-Ti_16', image]) == 1
+  assert cli.call(predict, ['predict', f'--checkpoint={run}', '--model=ViT-Ti_16', image]) == 1
   err = capsys.readouterr().err.strip()
   assert len(err.splitlines()) == 1 and len(err) < 300
   assert 'patch size (7, 7) in the file, (16, 16) in ViT-Ti_16' in err and 'drop --model' in err

@@ -51,7 +51,7 @@ def config_chain(node: ast.Attribute):
 def library_reads():
   """{field path: first 'file:line' reading it} over the package's modules."""
   reads = {}
-  for path in sorted(glob.glob(os.path.join(ROOT, 'vit_jax', '*.py'))):
+  for path in sorted(glob.glob(os.path.join(ROOT, 'vit_jax', '**', '*.py'), recursive=True)):
     with open(path) as f:
       tree = ast.parse(f.read())
     outer = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
@@ -111,7 +111,7 @@ def test_every_declared_field_is_read():
 def test_no_config_get_with_a_default_in_the_library():
   """`config.get('x', default)` would write a second default; read `config.x` instead."""
   hits = []
-  for path in sorted(glob.glob(os.path.join(ROOT, 'vit_jax', '*.py'))):
+  for path in sorted(glob.glob(os.path.join(ROOT, 'vit_jax', '**', '*.py'), recursive=True)):
     with open(path) as f:
       for node in ast.walk(ast.parse(f.read())):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)

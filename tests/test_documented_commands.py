@@ -1,7 +1,7 @@
-"""Every `python -m vit_jax...` command of the README and of the configs' docstrings runs;
-every command of docs/*.md and checkpoints/README.md runs too, or, where `NOT_RUN` says why,
-is checked for its flags (the module or script exists and defines each flag it names; each
-`--config.*` field exists in its config).
+"""Every `python -m vit_jax...` (or `research...`) command of the README and of the configs'
+docstrings runs; every command of docs/*.md and checkpoints/README.md runs too, or, where
+`NOT_RUN` says why, is checked for its flags (the module or script exists and defines each flag
+it names; each `--config.*` field exists in its config).
 
 Each command runs as printed, in a scratch directory that links `configs/`, with three changes:
 - the `runlocal` shrink switch is added to its `--config=FILE[:ARG]` (`config_lib.shrink`: a
@@ -30,20 +30,20 @@ import pytest
 from PIL import Image
 
 from npz_fixtures import timm_swin_state_dict
+from research.small_data import grid as grid_lib
 from test_configs import CONFIG_FILES, load_config
 from vit_jax import checkpoint
 from vit_jax import config_lib
 from vit_jax import models
-from vit_jax import study
 from vit_jax.data import folder_source
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COMMAND = re.compile(r'python -m vit_jax\.\w+')
+COMMAND = re.compile(r'python -m (?:vit_jax|research)\.\w+')
 CLASSES = ('ankle boot', 'bag', 'coat')
 
 
 def commands_in(text):
-  """`python -m vit_jax...` commands of `text`, backslash continuations joined."""
+  """`python -m vit_jax...`/`research...` commands of `text`, backslash continuations joined."""
   text = re.sub(r'\\\n\s*', ' ', text)
   found = []
   for line in text.splitlines():
@@ -74,7 +74,8 @@ DOCUMENTED = sorted(set(readme_commands() + docstring_commands()))
 DOC_PAGES = sorted(glob.glob(os.path.join(ROOT, 'docs', '*.md'))) + [
     os.path.join(ROOT, 'checkpoints', 'README.md')]
 # A command in prose: optional VAR=value assignments, then a module of the package or a script.
-DOC_COMMAND = re.compile(r'(?:[A-Z_]+=\S+ )*python (?:-m vit_jax\.\w+|benchmarks/\w+\.py)')
+DOC_COMMAND = re.compile(
+    r'(?:[A-Z_]+=\S+ )*python (?:-m (?:vit_jax|research)\.\w+|benchmarks/\w+\.py)')
 
 
 def page_commands(path):
@@ -102,7 +103,7 @@ NOT_RUN = (
      'its arms, shrunk)'),
     (r'fmnist_bottleneck', 'a record: the config comes from git history (git show c9cf345)'),
     (r'--report', 'rewrites the repo\'s docs/ from a finished runs/study'),
-    (r'^python -m vit_jax\.\w+$', 'a module named in prose'),
+    (r'^python -m (vit_jax|research)\.\w+$', 'a module named in prose'),
 )
 
 
@@ -152,9 +153,11 @@ def write_images(folder, count, size=40, seed=0):
 
 @pytest.fixture(scope='module')
 def scratch(tmp_path_factory):
-  """A working directory with configs/, a user's image folder, photos and a checkpoint cache."""
+  """A working directory with configs/, research/ (grid files), a user's image folder, photos and
+  a checkpoint cache."""
   work = tmp_path_factory.mktemp('documented')
   os.symlink(os.path.join(ROOT, 'configs'), work / 'configs')
+  os.symlink(os.path.join(ROOT, 'research'), work / 'research')
   for split in ('train', 'test'):
     for label, name in enumerate(CLASSES):
       write_images(work / 'data' / 'my_images' / split / name, 6 if split == 'train' else 2,
@@ -401,7 +404,7 @@ def test_doc_command_flags_exist(command):
   check_config_fields(command)
   grid = re.search(r'--grid=(\S+)', command)
   if grid:  # The grid file and its arg (e.g. seeded=data+remedies) are valid.
-    assert study.load_grid(os.path.join(ROOT, grid[1])).runs
+    assert grid_lib.load_grid(os.path.join(ROOT, grid[1])).runs
 
 
 @pytest.mark.parametrize('command', DOC_RUN)

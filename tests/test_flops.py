@@ -1,7 +1,12 @@
 """Tests for vit_jax.flops: hand-checked counts, published references, and XLA's own count."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 
+from vit_jax.tools import cli
 from vit_jax.tools import flops
 from vit_jax import models
 
@@ -99,20 +104,36 @@ def test_swin_matches_xla_cost_analysis():
 
 
 def test_sizes_table(capsys):
-  assert flops.main(['flops', '--model=ViT-B_16', '--also=Swin-B_4_7', '--sizes=224,448']) == 0
+  assert cli.call(flops, ['flops', '--model=ViT-B_16', '--also=Swin-B_4_7', '--sizes=224,448']) == 0
   out = capsys.readouterr().out
   assert 'ViT-B_16         224     196            1.431' in out
   assert 'Swin-B_4_7       448   12544' in out
-  assert flops.main(['flops', '--sizes=224,x']) == 1
+  assert cli.call(flops, ['flops', '--sizes=224,x']) == 1
   assert 'positive pixel counts' in capsys.readouterr().err
 
 
 def test_cli(capsys):
-  assert flops.main(['flops', '--model=ViT-B_16', '--image=224']) == 0
+  assert cli.call(flops, ['flops', '--model=ViT-B_16', '--image=224']) == 0
   out = capsys.readouterr().out
   assert '35.1277 GFLOP' in out and 'image side ×2' in out and '15.88' in out
-  assert flops.main(['flops', '--model=R50+ViT-B_16', '--image_size=384']) == 0
+  assert cli.call(flops, ['flops', '--model=R50+ViT-B_16', '--image_size=384']) == 0
   assert 'resnet' in capsys.readouterr().out
+  assert cli.call(flops, ['flops']) == 0  # The flags of the calls before are not kept.
+  assert capsys.readouterr().out.startswith('ViT-B_16 at 224x224, 1000 classes')
+
+
+def test_help_of_the_entry_point_lists_the_tools_own_flags():
+  """`python -m vit_jax.flops --help`: the docstring, then flops' flags (absl's key flags)."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  proc = subprocess.run([sys.executable, '-m', 'vit_jax.flops', '--help'], cwd=root,
+                        capture_output=True, text=True, timeout=300,
+                        env=dict(os.environ, JAX_PLATFORMS='cpu'))
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stdout.startswith('Analytic forward FLOPs')
+  listed = proc.stdout.split('\nflags:\n')[1]
+  for flag in ('model', 'image', 'image_size', 'num_classes', 'sizes', 'also', '[no]xla'):
+    assert f'  --{flag}:' in listed, flag
+  assert '--checkpoint' not in listed  # The checkpoint tools' flag, not flops'.
 
 
 @pytest.mark.parametrize('args, message', [
@@ -123,6 +144,6 @@ def test_cli(capsys):
     (['stray'], 'Unexpected arguments'),
 ])
 def test_cli_errors(args, message, capsys):
-  assert flops.main(['flops', *args]) == 1
+  assert cli.call(flops, ['flops', *args]) == 1
   err = capsys.readouterr().err
   assert err.startswith('flops: error:') and message in err

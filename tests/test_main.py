@@ -160,6 +160,7 @@ def test_same_command_twice_without_workdir_continues_one_run(tmp_path):
 def test_a_renamed_copy_of_a_trained_posemb_none_model_predicts_the_same(tmp_path, capsys):
   """The user's path of issue 28.5: train with posemb='none', copy params.npz under another
   name elsewhere, predict with the copy: the same probabilities as with the run directory."""
+  from vit_jax.tools import cli  # noqa: PLC0415
   from vit_jax.tools import predict  # noqa: PLC0415  # TF-heavy; only this test needs it.
   dataset = write_image_dataset(str(tmp_path / 'data'), train_per_class=4, test_per_class=2)
   dropout = 'config.model.transformer.dropout_rate = 0.'
@@ -175,7 +176,7 @@ def test_a_renamed_copy_of_a_trained_posemb_none_model_predicts_the_same(tmp_pat
   copy.write_bytes((tmp_path / 'run' / 'params.npz').read_bytes())
   results = []
   for target in (tmp_path / 'run', copy):
-    assert predict.main(['predict', f'--checkpoint={target}', '--json', *images]) == 0
+    assert cli.call(predict, ['predict', f'--checkpoint={target}', '--json', *images]) == 0
     results.append(json.loads(capsys.readouterr().out))
   assert results[1]['image_size'] == results[0]['image_size'] == 32
   for a, b in zip(results[0]['results'], results[1]['results']):

@@ -13,6 +13,7 @@ from npz_fixtures import images, perturb
 from vit_jax import models
 from vit_jax import models_vit
 from vit_jax import ops
+from vit_jax import position_embeddings
 from vit_jax import presets
 
 # Official counts for num_classes=1000 at 224px (the official models_test.py table).
@@ -422,7 +423,7 @@ def test_posemb_learn_2d():
   # The table is row embedding ⊕ column embedding per cell.
   params = perturb(init(tiny(posemb='learn_2d', classifier='gap'), x))
   pe = params['Transformer']['posembed_input']
-  module = models_vit.AddPositionEmbs2D(grid_shape=(4, 4))
+  module = position_embeddings.AddPositionEmbs2D(grid_shape=(4, 4))
   out = module.apply({'params': pe}, np.zeros((1, 16, 16), np.float32))
   r, c = 2, 3
   np.testing.assert_allclose(out[0, r * 4 + c], np.concatenate(
@@ -453,12 +454,12 @@ def test_fixed_and_no_posemb(posemb):
 
 
 def test_sincos_table():
-  table = models_vit.posemb_sincos_2d((3, 5), 16)
+  table = position_embeddings.posemb_sincos_2d((3, 5), 16)
   assert table.shape == (1, 15, 16)
   assert np.abs(table).max() <= 1
   assert len(np.unique(table.round(6), axis=1)[0]) == 15  # every cell distinct
   with pytest.raises(ValueError):
-    models_vit.posemb_sincos_2d((2, 2), 10)
+    position_embeddings.posemb_sincos_2d((2, 2), 10)
 
 
 def test_remat_identical_logits_and_gradients():

@@ -183,6 +183,7 @@ def test_resnet_trains_exports_predicts_and_teaches_a_vit(tmp_path, capsys):
   import tensorflow_datasets as tfds
   from test_train import make_config
   from vit_jax import config_lib, train
+  from vit_jax.tools import cli
   from vit_jax.tools import predict
   config = make_config(total_steps=3, eval_every=0)
   config.model = config_lib.with_model(config_lib.get_config(), 'ResNet-11_28px').model
@@ -198,8 +199,8 @@ def test_resnet_trains_exports_predicts_and_teaches_a_vit(tmp_path, capsys):
   from PIL import Image
   Image.fromarray(np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(
       image)
-  assert predict.main(['predict', f'--checkpoint={npz}', '--model=ResNet-11_28px',
-                       '--image_size=32', '--json', str(image)]) == 0
+  assert cli.call(predict, ['predict', f'--checkpoint={npz}', '--model=ResNet-11_28px',
+                            '--image_size=32', '--json', str(image)]) == 0
   top = json.loads(capsys.readouterr().out)['results'][0]['predictions']
   from vit_jax.tools import features
   loaded = features.load_model(npz, 'ResNet-11_28px', 32)

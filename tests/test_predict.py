@@ -13,6 +13,7 @@ from test_features import write_checkpoint, write_images
 from vit_jax import config_lib
 from vit_jax.data import folder_source
 from vit_jax.data import image_ops
+from vit_jax.tools import cli
 from vit_jax.tools import features
 from vit_jax.tools import predict
 
@@ -27,7 +28,7 @@ def setup(tmp_path_factory):
 
 
 def _run(capsys, *args):
-  rc = predict.main(['predict', *args])
+  rc = cli.call(predict, ['predict', *args])
   out, err = capsys.readouterr()
   return rc, out, err
 

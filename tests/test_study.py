@@ -4,20 +4,26 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import types
 
 import numpy as np
 import pytest
 
+from research.small_data import folders
+from research.small_data import grid as grid_lib
+from research.small_data import records
+from research.small_data import report
+from research.small_data import runner
 from test_fashion_mnist import write_idx_gz
 from vit_jax.data import fashion_mnist
 from vit_jax.tools import flops
 from vit_jax import config_lib
-from vit_jax import study
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STUDY_GRID = os.path.join(ROOT, 'configs', 'study_fashion_mnist.py')
+STUDY_CONFIG_FILE = os.path.join(ROOT, 'configs', 'study_fashion_mnist.py')
+STUDY_GRID = os.path.join(ROOT, 'research', 'small_data', 'fashion_mnist_grid.py')
 
 # Stands in for `python -m vit_jax.main`: counts its calls in the workdir and exports (writes
 # params.npz + metadata.json with the accuracy given) only from the call number given on.
@@ -49,25 +55,25 @@ def calls(out, name):
 
 
 def test_command_argv_fills_out_python_and_workdir():
-  run = study.Run('b', 'python -m vit_jax.main --config=c.py:x=1 --config.p={out}/a/params.npz')
-  assert study.command_argv(run, 'runs/s', python='/py') == [
+  run = grid_lib.Run('b', 'python -m vit_jax.main --config=c.py:x=1 --config.p={out}/a/params.npz')
+  assert grid_lib.command_argv(run, 'runs/s', python='/py') == [
       '/py', '-m', 'vit_jax.main', '--config=c.py:x=1', '--config.p=runs/s/a/params.npz',
       '--workdir=runs/s/b']
 
 
 def test_runner_skips_finished_runs_and_reruns_unfinished_ones(tmp_path, fake_trainer):
   out = tmp_path / 'out'
-  grid = study.Grid(runs=[study.Run('a', f'python {fake_trainer} 0.5 1'),
-                          study.Run('b', f'python {fake_trainer} 0.7 2')])
-  assert study.run_grid(grid, str(out), log=lambda _: None) == ['b']  # b stops before exporting.
-  assert not study.is_finished(str(out / 'b'))
-  assert study.run_grid(grid, str(out), log=lambda _: None) == []
+  grid = grid_lib.Grid(runs=[grid_lib.Run('a', f'python {fake_trainer} 0.5 1'),
+                          grid_lib.Run('b', f'python {fake_trainer} 0.7 2')])
+  assert runner.run_grid(grid, str(out), log=lambda _: None) == ['b']  # b stops before exporting.
+  assert not records.is_finished(str(out / 'b'))
+  assert runner.run_grid(grid, str(out), log=lambda _: None) == []
   assert (calls(out, 'a'), calls(out, 'b')) == (1, 2)  # a was skipped, b continued.
-  state = json.loads((out / 'b' / study.STATE_FILE).read_text())
+  state = json.loads((out / 'b' / records.STATE_FILE).read_text())
   assert [a['returncode'] for a in state['attempts']] == [3, 0]
   assert state['command'].startswith(sys.executable) and state['command'].endswith(
       f'--workdir={out / "b"}')
-  assert study.is_finished(str(out / 'b'))
+  assert records.is_finished(str(out / 'b'))
 
 
 def fake_run_dir(out, name, accuracy, **extra):
@@ -81,7 +87,7 @@ def fake_run_dir(out, name, accuracy, **extra):
 
 
 def load_study_config():
-  return config_lib.load_config_module(STUDY_GRID)
+  return config_lib.load_config_module(STUDY_CONFIG_FILE)
 
 
 STUDY_CONFIG = load_study_config()
@@ -89,7 +95,7 @@ STUDY_CONFIG = load_study_config()
 
 def test_report_is_regenerated_from_the_results_file_alone(tmp_path):
   out = tmp_path / 'out'
-  runs = [study.Run(f'{m}_p{p}_s{s}', f'python -m vit_jax.main --config=c.py:{m},{p},{s}',
+  runs = [grid_lib.Run(f'{m}_p{p}_s{s}', f'python -m vit_jax.main --config=c.py:{m},{p},{s}',
                     dict(model=m, pct=p, seed=s)) for m in ('vit', 'cnn') for p in (1, 100)
           for s in (0, 1)]
   accuracies = {'vit_p1_s0': .60, 'vit_p1_s1': .62, 'vit_p100_s0': .80, 'vit_p100_s1': .84,
@@ -97,20 +103,20 @@ def test_report_is_regenerated_from_the_results_file_alone(tmp_path):
   for name, accuracy in accuracies.items():
     fake_run_dir(out, name, accuracy, accuracy_val=accuracy - .01, accuracy_train=1.,
                  num_examples_val=6000, num_examples_train=600)
-  grid = study.Grid(runs=runs, tables=[
-      study.Table('size', 'Size', row='model', col='pct', col_label='% ', log_x=True),
-      study.Table('size_val', 'Val', row='model', col='pct', metric='accuracy_val')])
+  grid = grid_lib.Grid(runs=runs, tables=[
+      grid_lib.Table('size', 'Size', row='model', col='pct', col_label='% ', log_x=True),
+      grid_lib.Table('size_val', 'Val', row='model', col='pct', metric='accuracy_val')])
   results = tmp_path / 'docs' / 'results.jsonl'
-  study.update_results(str(results), grid, str(out))
+  records.update_results(str(results), grid, str(out))
   lines = results.read_text().splitlines()
   assert [json.loads(line)['name'] for line in lines] == sorted(
       accuracies, key=[r.name for r in runs].index)  # Grid order; no line for cnn_p100_s1.
   shutil.rmtree(out)  # The report needs the file only.
   doc = tmp_path / 'doc.md'
-  doc.write_text(f'intro\n{study.DOC_BEGIN}\nold\n{study.DOC_END}\noutro\n')
-  records = study.read_results(str(results))
-  text = study.report_markdown(grid, records, str(tmp_path / 'figs'), 'figs', str(results))
-  study.write_into_doc(str(doc), text)
+  doc.write_text(f'intro\n{report.DOC_BEGIN}\nold\n{report.DOC_END}\noutro\n')
+  by_name = records.read_results(str(results))
+  text = report.report_markdown(grid, by_name, str(tmp_path / 'figs'), 'figs', str(results))
+  report.write_into_doc(str(doc), text)
   lines = text.splitlines()
   assert '| model | % 1 | % 100 |' in lines
   assert ('| vit | 61.00 ± 1.41 <sub>vit_p1_s0 vit_p1_s1</sub> | '
@@ -139,9 +145,9 @@ def test_record_counts_compute_from_steps_batch_flops_and_the_teacher(tmp_path):
   out = tmp_path / 'out'
   fake_run_dir(out, 'teacher', .9, model='resnet')
   fake_run_dir(out, 'student', .8)
-  run = study.Run('student', 'python -m vit_jax.main --config=c.py '
+  run = grid_lib.Run('student', 'python -m vit_jax.main --config=c.py '
                   '--config.distill.teacher_path={out}/teacher/params.npz')
-  record = study.run_record(run, str(out))
+  record = records.run_record(run, str(out))
   vit = STUDY_CONFIG_FLOPS()
   resnet = flops.xla_flops(STUDY_CONFIG.model_config('resnet'), 28, 10)
   assert 30e6 < resnet < 45e6 and 15e6 < vit < 25e6  # The issue's 37 and 19 MFLOPs.
@@ -149,7 +155,7 @@ def test_record_counts_compute_from_steps_batch_flops_and_the_teacher(tmp_path):
   assert record['teacher_forward_flops'] == pytest.approx(resnet)
   assert record['train_flops'] == pytest.approx((3 * vit + resnet) * 100 * 128)
   assert record['flops_source'] == 'vit_jax.flops'
-  assert study.run_record(study.Run('teacher', 'python x'), str(out))['flops_source'] == (
+  assert records.run_record(grid_lib.Run('teacher', 'python x'), str(out))['flops_source'] == (
       'xla cost analysis')
 
 
@@ -157,12 +163,12 @@ def test_a_broken_results_line_is_one_clear_error(tmp_path):
   path = tmp_path / 'results.jsonl'
   path.write_text('{"name": "a"}\n{"name": \n')
   with pytest.raises(ValueError, match=r'results.jsonl:2 is not a JSON line'):
-    study.read_results(str(path))
+    records.read_results(str(path))
 
 
 def test_seeds_take_different_slices_and_validation_is_disjoint_from_all_of_them():
   """Every run of the default grid: its train slice misses train[90%:]; seeds differ."""
-  grid = study.load_grid(STUDY_GRID)
+  grid = grid_lib.load_grid(STUDY_GRID)
   size, slices = 60_000, {}
   for run in grid.runs:
     arg = re.search(r'--config=\S+?:(\S+)', run.command)[1]
@@ -187,14 +193,14 @@ def index_set(spec, size):
 
 def test_study_grid_lists_dependencies_before_their_users():
   for arg in ('', 'runlocal', 'seeds=1,steps=50,pcts=1+5', 'seeded=data+remedies'):
-    grid = study.load_grid(f'{STUDY_GRID}:{arg}')
+    grid = grid_lib.load_grid(f'{STUDY_GRID}:{arg}')
     seen = set()
     for run in grid.runs:
       for dependency in re.findall(r'\{out\}/([\w.+-]+)/params\.npz', run.command):
         assert dependency in seen, f'{run.name} uses {dependency} before it runs'
       seen.add(run.name)
     for table in grid.tables if arg != 'runlocal' else ():  # Every table has cells.
-      assert study.table_cells(table, grid.runs)[2], (arg, table.name)
+      assert report.table_cells(table, grid.runs)[2], (arg, table.name)
 
 
 def write_idx(folder, counts):
@@ -208,7 +214,7 @@ def write_idx(folder, counts):
 def test_prepare_folders_writes_classes_in_label_order_and_linked_subsets(tmp_path):
   write_idx(tmp_path, {'train': 40, 'test': 20})
   root = tmp_path / 'folders'
-  study.prepare_folders(str(root), limit=3, source_dir=str(tmp_path), log=lambda _: None)
+  folders.prepare_folders(str(root), limit=3, source_dir=str(tmp_path), log=lambda _: None)
   classes = sorted(os.listdir(root / 'fashion_mnist' / 'train'))
   assert classes[0] == '0_t_shirt_top' and classes[9] == '9_ankle_boot'
   assert len(os.listdir(root / 'fashion_mnist' / 'train' / '4_coat')) == 3  # limit
@@ -218,7 +224,7 @@ def test_prepare_folders_writes_classes_in_label_order_and_linked_subsets(tmp_pa
   assert os.listdir(root / 'fashion_mnist_0-4' / 'train' / '0_t_shirt_top') == os.listdir(
       root / 'fashion_mnist' / 'train' / '0_t_shirt_top')
   os.remove(root / 'fashion_mnist' / 'test' / '4_coat' / '00004.png')
-  study.prepare_folders(str(root), source_dir=str(tmp_path), log=lambda _: None)
+  folders.prepare_folders(str(root), source_dir=str(tmp_path), log=lambda _: None)
   assert not os.path.exists(root / 'fashion_mnist' / 'test' / '4_coat' / '00004.png')  # Once.
 
 
@@ -227,12 +233,12 @@ def test_a_runlocal_study_run_trains_and_reports(tmp_path, monkeypatch):
   monkeypatch.setenv(fashion_mnist.SOURCE_DIR_ENV, str(tmp_path))
   monkeypatch.chdir(ROOT)  # The grid's commands name configs/ relative to the repository.
   out = tmp_path / 'out'
-  grid = study.load_grid(f'{STUDY_GRID}:runlocal')
-  grid = study.Grid(runs=grid.runs[:1], tables=grid.tables[:1], folders=grid.folders,
+  grid = grid_lib.load_grid(f'{STUDY_GRID}:runlocal')
+  grid = grid_lib.Grid(runs=grid.runs[:1], tables=grid.tables[:1], folders=grid.folders,
                     folder_limit=grid.folder_limit)
   results = tmp_path / 'results.jsonl'
-  assert study.run_grid(grid, str(out), log=lambda _: None, results=str(results)) == []
-  (record,) = study.read_results(str(results)).values()
+  assert runner.run_grid(grid, str(out), log=lambda _: None, results=str(results)) == []
+  (record,) = records.read_results(str(results)).values()
   # 80 train images: train[0%:50%] trained, its first 5% (4) for train accuracy, train[90%:]
   # (8) for validation; the 20 test images.
   assert (record['num_examples_train'], record['num_examples_val'],
@@ -242,13 +248,13 @@ def test_a_runlocal_study_run_trains_and_reports(tmp_path, monkeypatch):
   assert record['command'].startswith('python -m vit_jax.main --config=configs/study_fashion')
   metrics = [json.loads(line) for line in (out / record['name'] / 'metrics.jsonl').open()]
   assert metrics[-1]['accuracy_val'] == record['accuracy_val']
-  text = study.report_markdown(grid, {record['name']: record}, str(tmp_path / 'report'), '.',
+  text = report.report_markdown(grid, {record['name']: record}, str(tmp_path / 'report'), '.',
                                str(results))
   assert f'{100 * record["accuracy_test"]:.2f}' in text
 
 
 def test_grid_steps_per_fraction_reach_every_arm():
-  grid = study.load_grid(f'{STUDY_GRID}:steps=1:700+5:900+100:1100,seeds=3,full_seeds=1')
+  grid = grid_lib.load_grid(f'{STUDY_GRID}:steps=1:700+5:900+100:1100,seeds=3,full_seeds=1')
   steps = {r.name: int(re.search(r'steps=(\d+)', r.command)[1]) for r in grid.runs}
   assert (steps['vit_p1_s2'], steps['vit_p5_s2_dtok'], steps['resnet_p100_s0']) == (
       700, 900, 1100)
@@ -257,4 +263,17 @@ def test_grid_steps_per_fraction_reach_every_arm():
           steps['vit_c0-4_pretrain']) == (700, 900, 1100)
   assert 'resnet_p100_s1' not in steps  # full_seeds=1.
   with pytest.raises(ValueError, match=r'names no steps for pct \[5, 100\]'):
-    study.load_grid(f'{STUDY_GRID}:steps=1:700')
+    grid_lib.load_grid(f'{STUDY_GRID}:steps=1:700')
+
+
+def test_the_runner_command_lists_its_flags_and_fails_in_one_line():
+  """`python -m research.small_data`: absl flags at module level, so `--help` lists them."""
+  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  command = [sys.executable, '-m', 'research.small_data']
+  proc = subprocess.run([*command, '--help'], cwd=ROOT, env=env, capture_output=True, text=True,
+                        timeout=300)  # absl's help exits 1, as vit_jax.main's.
+  for flag in ('grid', 'out', 'results', '[no]report', 'report_dir', 'doc'):
+    assert f'  --{flag}:' in proc.stdout, flag
+  proc = subprocess.run([*command, '--grid=research/small_data/none.py'], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 1 and proc.stderr.strip().startswith("error: Grid file '"), proc.stderr

@@ -21,6 +21,7 @@ from PIL import Image
 
 from vit_jax import checkpoint
 from vit_jax import config_lib
+from vit_jax.tools import cli
 from vit_jax.tools import features
 from vit_jax import models
 from vit_jax import models_swin
@@ -287,8 +288,8 @@ def test_hub_folder_predicts_with_no_model_flag(tmp_path, tiny_hub, capsys, monk
   # = the argmax of the model on the PNG's 8-bit pixels.
   pixels = np.round((x[0] + 1) * 127.5)
   Image.fromarray(pixels.astype(np.uint8)).save(tmp_path / 'image.png')
-  assert predict.main(['predict', f'--checkpoint={tiny_hub["folder"]}', '--json',
-                       str(tmp_path / 'image.png')]) == 0
+  assert cli.call(predict, ['predict', f'--checkpoint={tiny_hub["folder"]}', '--json',
+                            str(tmp_path / 'image.png')]) == 0
   result = json.loads(capsys.readouterr().out)['results'][0]
   quantised = loaded.model.apply({'params': loaded.params}, timm_input(pixels / 127.5 - 1)[None],
                                  train=False)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from vit_jax import checkpoint
+from vit_jax.tools import cli
 from vit_jax.tools import features
 from vit_jax import models
 from vit_jax.checkpoints import timm_format
@@ -182,8 +183,8 @@ def test_official_npz_exports_to_timm(tmp_path, capsys):
   want = np.asarray(model.apply({'params': params}, jnp.asarray(x), train=False))
   npz = checkpoint.save(params, str(tmp_path / 'testing.npz'))
   out = str(tmp_path / 'export')
-  assert export_timm.main(['export_timm', f'--checkpoint={npz}', f'--out={out}',
-                           '--model=testing', '--image_size=32']) == 0, capsys.readouterr().err
+  assert cli.call(export_timm, ['export_timm', f'--checkpoint={npz}', f'--out={out}',
+                                '--model=testing', '--image_size=32']) == 0, capsys.readouterr().err
   back = timm.create_model('local-dir:' + out, pretrained=True).eval()  # Reads config.json.
   np.testing.assert_allclose(timm_logits(back, x), want, atol=1e-5)
 
@@ -193,8 +194,8 @@ def test_export_of_what_timm_cannot_hold_is_one_line(tmp_path, capsys):
   model = models.get_model('testing', num_classes=3, representation_size=10)
   params = model.init(jax.random.key(0), jnp.zeros((1, 32, 32, 3)), train=False)['params']
   npz = checkpoint.save(params, str(tmp_path / 'pre_logits.npz'))
-  assert export_timm.main(['export_timm', f'--checkpoint={npz}',
-                           f'--out={tmp_path / "x"}']) == 1
+  assert cli.call(export_timm, ['export_timm', f'--checkpoint={npz}',
+                                f'--out={tmp_path / "x"}']) == 1
   err = capsys.readouterr().err
   assert 'pre_logits' in err and err.count('\n') == 1, err
 
@@ -209,7 +210,7 @@ def test_predict_cli_on_a_hub_folder(family, tmp_path, capsys):
   folder = save_hub_folder(net, tmp_path / 'hub')
   image = tmp_path / 'img.png'
   Image.fromarray(np.random.default_rng(3).integers(0, 256, (40, 48, 3), np.uint8)).save(image)
-  rc = predict.main(['predict', f'--checkpoint={folder}', '--json', '--top_k=5', str(image)])
+  rc = cli.call(predict, ['predict', f'--checkpoint={folder}', '--json', '--top_k=5', str(image)])
   out, err = capsys.readouterr()
   assert rc == 0, err
   got = {p['index']: p['probability'] for p in json.loads(out)['results'][0]['predictions']}
@@ -290,7 +291,7 @@ def check_run_normalization(workdir, folder, config, tmp_path):
   run = features.load_model(workdir)  # What predict and analyze apply to a file.
   assert (run.mean, run.std) == (mean, std)
   out = tmp_path / 'exported'
-  assert export_timm.main(['export_timm', f'--checkpoint={workdir}', f'--out={out}']) == 0
+  assert cli.call(export_timm, ['export_timm', f'--checkpoint={workdir}', f'--out={out}']) == 0
   with open(out / 'config.json') as f:
     exported = json.load(f)['pretrained_cfg']
   assert (tuple(exported['mean']), tuple(exported['std'])) == (mean, std)
@@ -303,8 +304,8 @@ def test_analyze_cli_on_a_hub_folder(family, tmp_path, capsys):
   from vit_jax.tools import analyze
   folder = save_hub_folder(timm_model(family), tmp_path / 'hub')
   out = tmp_path / 'out'
-  rc = analyze.main(['analyze', f'--checkpoint={folder}', f'--out={out}', '--image_size=56'
-                     if FAMILIES[family][2] == 14 else '--image_size=64'])
+  rc = cli.call(analyze, ['analyze', f'--checkpoint={folder}', f'--out={out}', '--image_size=56'
+                          if FAMILIES[family][2] == 14 else '--image_size=64'])
   assert rc == 0, capsys.readouterr().err
   result = json.loads((out / 'analysis.json').read_text())
   assert np.array(result['posemb_similarity']).shape == (4, 4, 4, 4)

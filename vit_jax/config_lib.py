@@ -213,16 +213,13 @@ def small_vit(name: str, *, patch: int, hidden: int, layers: int, mlp: int, head
               ) -> ml_collections.ConfigDict:
   """A ViT ConfigDict outside the official presets (e.g. for 28x28 Fashion-MNIST).
 
-  `resnet_layers` makes it a hybrid like R+ViT-Ti_16: the official ResNet root (7x7 conv with
-  stride 2, max-pool with stride 2) plus these bottleneck stages run before the patch embedding.
+  `presets.vit` plus every extra field at its default (`presets.VIT_EXTRAS`), so an experiment
+  config can set them. `resnet_layers` makes it a hybrid like R+ViT-Ti_16: the official ResNet
+  root (7x7 conv with stride 2, max-pool with stride 2) plus these bottleneck stages run before
+  the patch embedding.
   """
-  resnet = None if resnet_layers is None else ml_collections.ConfigDict(
-      dict(num_layers=tuple(resnet_layers), width_factor=1))
-  model = ml_collections.ConfigDict(dict(
-      model_name=name, patches=ml_collections.ConfigDict({'size': (patch, patch)}),
-      hidden_size=hidden, classifier='token', representation_size=None, resnet=resnet,
-      transformer=ml_collections.ConfigDict(dict(
-          num_layers=layers, mlp_dim=mlp, num_heads=heads, dropout_rate=dropout,
-          attention_dropout_rate=0.))))
+  resnet = None if resnet_layers is None else (resnet_layers, 1)
+  model = presets.vit(name, patch, hidden, mlp, heads, layers, dropout=dropout, resnet=resnet)
+  model.resnet = model.get('resnet')  # None for a plain ViT: the field exists to be overridden.
   model.update(presets.VIT_EXTRAS)
   return model

@@ -7,16 +7,14 @@ outside the position embedding, norm_pre, fc_norm, a MAP head, a bias-free patch
 are off by default.
 """
 
-import functools
 from typing import Any, Callable, Optional, Sequence, Tuple
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
-import numpy as np
 
 from vit_jax import models_resnet
 from vit_jax import ops
+from vit_jax import position_embeddings
 
 Array = jnp.ndarray
 Dtype = Any
@@ -25,80 +23,6 @@ Dtype = Any
 # 'map': attention pooling by a learned probe (big_vision's MAPHead, SigLIP).
 CLASSIFIERS = ('token', 'gap', 'unpooled', 'token_unpooled', 'token_gap', 'map')
 CLASS_TOKEN_CLASSIFIERS = ('token', 'token_unpooled', 'token_gap')
-POSEMB_KINDS = ('learn', 'learn_2d', 'sincos2d', 'none')
-
-
-def quick_gelu(x: Array) -> Array:
-  """CLIP's sigmoid approximation of GELU, x * sigmoid(1.702 x) (OpenAI CLIP towers)."""
-  return x * jax.nn.sigmoid(1.702 * x)
-
-
-# The official code uses GELU's tanh approximation; timm's ports default to the exact erf GELU.
-ACTIVATIONS = {
-    'gelu_tanh': nn.gelu,
-    'gelu': functools.partial(nn.gelu, approximate=False),
-    'quick_gelu': quick_gelu,
-}
-
-
-def posemb_sincos_2d(grid_shape: Tuple[int, int], width: int,
-                     temperature: float = 10_000.) -> np.ndarray:
-  """Fixed 2-D sin-cos table of shape (1, gh*gw, width): quarter of channels per sin/cos × y/x."""
-  if width % 4:
-    raise ValueError(f'sincos2d position embeddings need hidden_size divisible by 4, got {width}')
-  gh, gw = grid_shape
-  y, x = np.mgrid[:gh, :gw]
-  quarter = width // 4
-  omega = 1. / temperature**(np.arange(quarter) / max(quarter - 1, 1))
-  y = y.reshape(-1)[:, None] * omega[None]
-  x = x.reshape(-1)[:, None] * omega[None]
-  table = np.concatenate([np.sin(x), np.cos(x), np.sin(y), np.cos(y)], axis=1)
-  return table[None].astype(np.float32)
-
-
-class AddPositionEmbs(nn.Module):
-  """Adds learned 1-D position embeddings `pos_embedding` of shape (1, tokens, hidden)."""
-
-  posemb_init: Callable[..., Array] = nn.initializers.normal(stddev=0.02)  # As in BERT.
-  param_dtype: Dtype = jnp.float32
-
-  @nn.compact
-  def __call__(self, inputs: Array) -> Array:
-    if inputs.ndim != 3:
-      raise ValueError(f'AddPositionEmbs expects (batch, tokens, hidden), got {inputs.shape}')
-    shape = (1, inputs.shape[1], inputs.shape[2])
-    pe = self.param('pos_embedding', self.posemb_init, shape, self.param_dtype)
-    return inputs + pe.astype(inputs.dtype)
-
-
-class AddPositionEmbs2D(nn.Module):
-  """Learned 2-D embeddings: row and column tables of hidden/2 each, concatenated per cell.
-
-  The paper's ablation ("2-D positional embedding"); prefix tokens (the class token) get their
-  own learned row `pos_embedding_prefix`.
-  """
-
-  grid_shape: Tuple[int, int]
-  posemb_init: Callable[..., Array] = nn.initializers.normal(stddev=0.02)
-  param_dtype: Dtype = jnp.float32
-
-  @nn.compact
-  def __call__(self, inputs: Array) -> Array:
-    _, n, d = inputs.shape
-    gh, gw = self.grid_shape
-    if d % 2:
-      raise ValueError(f'learn_2d position embeddings need an even hidden_size, got {d}')
-    rows = self.param('pos_embedding_row', self.posemb_init, (gh, d // 2), self.param_dtype)
-    cols = self.param('pos_embedding_col', self.posemb_init, (gw, d // 2), self.param_dtype)
-    grid = jnp.concatenate([jnp.broadcast_to(rows[:, None], (gh, gw, d // 2)),
-                            jnp.broadcast_to(cols[None, :], (gh, gw, d // 2))], axis=-1)
-    table = grid.reshape(1, gh * gw, d)
-    num_prefix = n - gh * gw
-    if num_prefix:
-      prefix = self.param('pos_embedding_prefix', self.posemb_init, (1, num_prefix, d),
-                          self.param_dtype)
-      table = jnp.concatenate([prefix, table], axis=1)
-    return inputs + table.astype(inputs.dtype)
 
 
 class MlpBlock(nn.Module):
@@ -118,7 +42,7 @@ class MlpBlock(nn.Module):
     dense = lambda features: nn.Dense(  # noqa: E731
         features, dtype=self.dtype, param_dtype=self.param_dtype,
         kernel_init=self.kernel_init, bias_init=self.bias_init)
-    x = ACTIVATIONS[self.activation](dense(self.mlp_dim)(inputs))
+    x = ops.ACTIVATIONS[self.activation](dense(self.mlp_dim)(inputs))
     x = nn.Dropout(rate=self.dropout_rate)(x, deterministic=deterministic)
     x = dense(self.out_dim or inputs.shape[-1])(x)
     return nn.Dropout(rate=self.dropout_rate)(x, deterministic=deterministic)
@@ -284,19 +208,9 @@ class Encoder(nn.Module):
     return ops.rematerialized(apply)(block.variables['params'], x, rng)
 
   def _add_position_embedding(self, x: Array, grid_shape: Optional[Tuple[int, int]]) -> Array:
-    if not self.add_position_embedding or self.posemb == 'none':
+    if not self.add_position_embedding:
       return x
-    if self.posemb == 'learn':
-      return AddPositionEmbs(param_dtype=self.param_dtype, name='posembed_input')(x)
-    if grid_shape is None:
-      raise ValueError(f'posemb={self.posemb!r} needs the token grid_shape')
-    if self.posemb == 'learn_2d':
-      return AddPositionEmbs2D(grid_shape=tuple(grid_shape), param_dtype=self.param_dtype,
-                               name='posembed_input')(x)
-    table = posemb_sincos_2d(grid_shape, x.shape[-1])
-    num_prefix = x.shape[1] - table.shape[1]
-    table = np.concatenate([np.zeros((1, num_prefix, x.shape[-1]), np.float32), table], axis=1)
-    return x + jnp.asarray(table, x.dtype)
+    return position_embeddings.add(x, self.posemb, grid_shape, self.param_dtype)
 
 
 class VisionTransformer(nn.Module):
@@ -359,9 +273,9 @@ class VisionTransformer(nn.Module):
 
   def __post_init__(self):
     _check_choice('classifier', self.classifier, CLASSIFIERS)
-    _check_choice('posemb', self.posemb, POSEMB_KINDS)
+    _check_choice('posemb', self.posemb, position_embeddings.POSEMB_KINDS)
     _check_choice('attention_impl', self.attention_impl, tuple(ops.ATTENTION_FNS))
-    _check_choice('activation', self.activation, tuple(ACTIVATIONS))
+    _check_choice('activation', self.activation, tuple(ops.ACTIVATIONS))
     if self.distilled and (self.classifier != 'token' or self.representation_size is not None):
       raise ValueError('distilled=True needs classifier=token and no representation_size '
                        '(DeiT pools the class and distillation tokens into two heads).')
@@ -426,10 +340,10 @@ class VisionTransformer(nn.Module):
 
   def _distilled_heads(self, tokens: Array) -> Array:
     """DeiT: `head` on the class token, `head_dist` on the distillation token, averaged."""
-    self.sow_features('pre_logits_input', (tokens[:, 0] + tokens[:, 1]) / 2)
-    self.sow_features('pre_logits', (tokens[:, 0] + tokens[:, 1]) / 2)
+    pooled = self.sow_features('pre_logits_input', (tokens[:, 0] + tokens[:, 1]) / 2)
+    self.sow_features('pre_logits', pooled)
     if not self.num_classes:
-      return ((tokens[:, 0] + tokens[:, 1]) / 2).astype(jnp.float32)
+      return pooled.astype(jnp.float32)
     head = self._head('head')(tokens[:, 0]).astype(jnp.float32)
     head_dist = self._head('head_dist')(tokens[:, 1]).astype(jnp.float32)
     # Each head on its own, for DeiT training (`distill.head_logits`): class head on the labels,

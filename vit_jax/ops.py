@@ -3,8 +3,10 @@
 Each computes the same values as the plain Flax op it replaces and leaves the parameter tree
 unchanged; the model files choose them through explicit fields (`attention_impl`, `remat`) or,
 for the hybrid root, by backend. Measured reasons are in each docstring and docs/performance.md.
+`ACTIVATIONS` is the table the models' `activation` field picks from (GELU variants).
 """
 
+import functools
 import math
 from typing import Any, Callable, Optional, Sequence, Tuple
 
@@ -93,6 +95,19 @@ heads_first_attention = _attention_fn(_heads_first_core)
 
 ATTENTION_FNS = {'xla': nn.dot_product_attention, 'fused': fused_attention,
                  'heads_first': heads_first_attention}
+
+
+def quick_gelu(x: Array) -> Array:
+  """CLIP's sigmoid approximation of GELU, x * sigmoid(1.702 x) (OpenAI CLIP towers)."""
+  return x * jax.nn.sigmoid(1.702 * x)
+
+
+# The official code uses GELU's tanh approximation; timm's ports default to the exact erf GELU.
+ACTIVATIONS = {
+    'gelu_tanh': nn.gelu,
+    'gelu': functools.partial(nn.gelu, approximate=False),
+    'quick_gelu': quick_gelu,
+}
 
 
 def rematerialized(fn: Callable[[Any, Array, Array], Array]) -> Callable[..., Array]:

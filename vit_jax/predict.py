@@ -1,8 +1,12 @@
-"""`python -m vit_jax.predict`: the command lives in vit_jax/tools/predict.py."""
+"""`python -m vit_jax.predict`: runs vit_jax/tools/predict.py (its flags, its help)."""
 
-import sys
+from absl import flags
 
+from vit_jax.tools import cli
 from vit_jax.tools import predict
 
+flags.adopt_module_key_flags(predict)  # `--help` lists the tool's flags.
+
 if __name__ == '__main__':
-  sys.exit(predict.main())
+  __doc__ = predict.__doc__  # absl's `--help` prints the main module's docstring.
+  cli.run(predict)

@@ -63,9 +63,13 @@ def is_resnet(model_config: Any) -> bool:
   return 'stage_sizes' in model_config
 
 
-def _vit(name: str, patch: int, hidden: int, mlp: int, heads: int, layers: int, *,
-         dropout: float = 0., classifier: str = 'token', representation_size=None,
-         resnet: Optional[Tuple[Sequence[int], float]] = None) -> ml_collections.ConfigDict:
+def vit(name: str, patch: int, hidden: int, mlp: int, heads: int, layers: int, *,
+        dropout: float = 0., classifier: str = 'token', representation_size=None,
+        resnet: Optional[Tuple[Sequence[int], float]] = None) -> ml_collections.ConfigDict:
+  """The ViT ConfigDict with exactly the official fields: every preset and `small_vit`.
+
+  `resnet` = (units per stage, width factor) makes it a hybrid with the official ResNet root.
+  """
   config = ml_collections.ConfigDict()
   config.model_name = name
   config.patches = ml_collections.ConfigDict({'size': (patch, patch)})
@@ -116,29 +120,29 @@ _TI, _S, _B = (192, 768, 3, 12), (384, 1536, 6, 12), (768, 3072, 12, 12)
 _L, _H = (1024, 4096, 16, 24), (1280, 5120, 16, 32)
 
 for _config in (
-    _vit('testing', 16, 10, 10, 2, 1, dropout=0.1),
-    _vit('testing-unpooled', 16, 10, 10, 2, 1, dropout=0.1, classifier='unpooled'),
-    _vit('ViT-Ti_16', 16, *_TI),
-    _vit('ViT-S_16', 16, *_S),
-    _vit('ViT-B_16', 16, *_B),
-    _vit('ViT-L_16', 16, *_L, dropout=0.1),
-    _vit('ViT-H_14', 14, *_H, dropout=0.1),
-    _vit('ViT-B_8', 8, *_B),
-    _vit('ViT-S_32', 32, *_S),
-    _vit('ViT-B_32', 32, *_B),
-    _vit('ViT-L_32', 32, *_L),
-    _vit('ViT-S_16-gap-norep', 16, *_S, classifier='gap'),
-    _vit('ViT-B_16-gap-norep', 16, *_B, classifier='gap'),
-    _vit('ViT-S_32-gap-norep', 32, *_S, classifier='gap'),
-    _vit('ViT-B_32-gap-norep', 32, *_B, classifier='gap'),
+    vit('testing', 16, 10, 10, 2, 1, dropout=0.1),
+    vit('testing-unpooled', 16, 10, 10, 2, 1, dropout=0.1, classifier='unpooled'),
+    vit('ViT-Ti_16', 16, *_TI),
+    vit('ViT-S_16', 16, *_S),
+    vit('ViT-B_16', 16, *_B),
+    vit('ViT-L_16', 16, *_L, dropout=0.1),
+    vit('ViT-H_14', 14, *_H, dropout=0.1),
+    vit('ViT-B_8', 8, *_B),
+    vit('ViT-S_32', 32, *_S),
+    vit('ViT-B_32', 32, *_B),
+    vit('ViT-L_32', 32, *_L),
+    vit('ViT-S_16-gap-norep', 16, *_S, classifier='gap'),
+    vit('ViT-B_16-gap-norep', 16, *_B, classifier='gap'),
+    vit('ViT-S_32-gap-norep', 32, *_S, classifier='gap'),
+    vit('ViT-B_32-gap-norep', 32, *_B, classifier='gap'),
     # Root only: the 7x7/2 conv and 3x3/2 max-pool downscale 4x before the 8x8 patches.
-    _vit('R+ViT-Ti_16', 8, *_TI, resnet=((), 1)),
+    vit('R+ViT-Ti_16', 8, *_TI, resnet=((), 1)),
     # (3, 4, 9) units: 4x root × 2 × 2 → 16x downscaling, 1x1 "patches" → effective /16.
-    _vit('R50+ViT-B_16', 1, *_B, dropout=0.1, resnet=((3, 4, 9), 1)),
+    vit('R50+ViT-B_16', 1, *_B, dropout=0.1, resnet=((3, 4, 9), 1)),
     # Four stages: 4x root × 2 × 2 × 2 → 32x downscaling → effective /32.
-    _vit('R26+ViT-S_32', 1, *_S, resnet=((2, 2, 2, 2), 1)),
-    _vit('R26+ViT-B_32', 1, *_B, resnet=((2, 2, 2, 2), 1)),
-    _vit('R50+ViT-L_32', 1, *_L, dropout=0.1, resnet=((3, 4, 6, 3), 1)),
+    vit('R26+ViT-S_32', 1, *_S, resnet=((2, 2, 2, 2), 1)),
+    vit('R26+ViT-B_32', 1, *_B, resnet=((2, 2, 2, 2), 1)),
+    vit('R50+ViT-L_32', 1, *_L, dropout=0.1, resnet=((3, 4, 6, 3), 1)),
     _mixer('Mixer-B_16', 16, 768, 12, 384, 3072),
     _mixer('Mixer-B_32', 32, 768, 12, 384, 3072),
     _mixer('Mixer-L_16', 16, 1024, 24, 512, 4096),

@@ -20,7 +20,7 @@ say little; the output says which was used).
 import json
 import os
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 from absl import flags
@@ -33,13 +33,14 @@ from vit_jax import models
 from vit_jax.tools import predict
 
 
-def define_flags(fv: flags.FlagValues) -> None:
-  """Defines this tool's flags on `fv` (its own FlagValues, so tools can share a process)."""
-  cli.define_model_flags(fv, 'Square input side; default: the checkpoint\'s.')
-  flags.DEFINE_string('out', None, 'Folder for the PNGs and analysis.json.', flag_values=fv)
-  flags.DEFINE_integer('num_components', 28, 'Principal components of the embedding filters '
-                       'to draw (the paper shows 28).', flag_values=fv)
-  flags.DEFINE_integer('batch_size', 8, 'Images per forward pass.', flag_values=fv)
+_NUM_COMPONENTS = flags.DEFINE_integer(
+    'num_components', 28, 'Principal components of the embedding filters to draw (the paper '
+    'shows 28).')
+for _name in ('checkpoint', 'model', 'image_size', 'batch_size', 'out'):  # Defined in cli.py.
+  flags.declare_key_flag(_name)
+FLAG_DEFAULTS = {'batch_size': 8}
+FLAG_HELP = {'image_size': "Square input side; default: the checkpoint's.",
+             'out': 'Folder for the PNGs and analysis.json.'}
 
 
 def attention_rollout(attention: Sequence[np.ndarray]) -> np.ndarray:
@@ -310,19 +311,16 @@ def summary(result: Dict[str, Any], out_dir: str) -> str:
   return '\n'.join(lines)
 
 
-def _run(fv: flags.FlagValues, image_paths: Sequence[str]) -> str:
-  if not fv.checkpoint or not fv.out:
+def main(argv: Sequence[str]) -> str:
+  """Analyses the checkpoint named by the flags on the images in argv[1:] (none: samples)."""
+  checkpoint_name, out = cli.CHECKPOINT.value, cli.OUT.value
+  if not checkpoint_name or not out:
     raise ValueError('Pass --checkpoint=PATH_OR_NAME and --out=DIR.')
-  loaded = features.load_model(fv.checkpoint, fv.model, fv.image_size)
-  result = analyze(loaded, fv.out, image_paths, num_components=fv.num_components,
-                   batch_size=max(fv.batch_size, 1))
-  return summary(result, fv.out)
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-  """Command-line entry point; returns the exit status (1 and one line on bad input)."""
-  return cli.run_tool('analyze', __doc__, define_flags, _run, argv)
+  loaded = features.load_model(checkpoint_name, cli.MODEL.value, cli.IMAGE_SIZE.value)
+  result = analyze(loaded, out, argv[1:], num_components=_NUM_COMPONENTS.value,
+                   batch_size=max(cli.BATCH_SIZE.value, 1))
+  return summary(result, out)
 
 
 if __name__ == '__main__':
-  sys.exit(main())
+  cli.run(sys.modules[__name__])

@@ -1,42 +1,96 @@
-"""The shared shell of the command-line tools (predict, analyze, flops): flags, help, errors."""
+"""The shared shell of the command-line tools (predict, analyze, flops, export_timm).
 
+Each tool is an absl program: flags at module level, `main(argv)` on the positional arguments,
+run by `run` (absl's `app.run`). The flags several tools share are defined here, once: absl's
+flags are global, and a process (the tests, a notebook) may import every tool; each tool
+declares the ones it reads as its key flags (`declare_key_flag`), so its `--help` lists them,
+and gives them its own defaults and help (`FLAG_DEFAULTS`, `FLAG_HELP`) when it runs. Bad input
+(flag errors, ValueError incl. CheckpointError/ImageError, OSError) prints one line
+`<tool>: error: ...` and exits 1; what `main` returns is printed.
+"""
+
+import os
 import sys
-from typing import Callable, Optional, Sequence
+import types
+from typing import List, Optional, Sequence
 
+from absl import app
 from absl import flags
 
+FLAGS = flags.FLAGS
 
-def define_model_flags(fv: flags.FlagValues, image_size_help: str) -> None:
-  """--checkpoint, --model and --image_size, shared by the tools that load a checkpoint."""
-  flags.DEFINE_string('checkpoint', None, 'Checkpoint .npz (path, gs://, https://), a run '
-                      'directory (its params.npz + metadata.json) or a published name such as '
-                      'ViT-B_16 or augreg/<file stem>.', flag_values=fv)
-  flags.DEFINE_string('model', None, 'Optional check: a preset (e.g. ViT-B_16) or a .py file '
-                      'whose get_config() returns a model ConfigDict; the model itself is read '
-                      'from the checkpoint.', flag_values=fv)
-  flags.DEFINE_integer('image_size', None, image_size_help, flag_values=fv)
+CHECKPOINT = flags.DEFINE_string(
+    'checkpoint', None, 'Checkpoint .npz (path, gs://, https://), a run directory (its '
+    'params.npz + metadata.json) or a published name such as ViT-B_16 or augreg/<file stem>.')
+MODEL = flags.DEFINE_string(
+    'model', None, 'Optional check: a preset (e.g. ViT-B_16) or a .py file whose get_config() '
+    'returns a model ConfigDict; the model itself is read from the checkpoint.')
+IMAGE_SIZE = flags.DEFINE_integer('image_size', None, 'Square input side in pixels.')
+BATCH_SIZE = flags.DEFINE_integer('batch_size', None, 'Images per forward pass.')
+OUT = flags.DEFINE_string('out', None, 'Output folder.')
+_SHARED = {f.name: (f.default, FLAGS[f.name].help)
+           for f in (CHECKPOINT, MODEL, IMAGE_SIZE, BATCH_SIZE, OUT)}
 
 
-def run_tool(name: str, doc: str, define_flags: Callable[[flags.FlagValues], None],
-             body: Callable[[flags.FlagValues, Sequence[str]], Optional[str]],
-             argv: Optional[Sequence[str]] = None) -> int:
-  """Parses `argv` into the tool's own FlagValues and runs `body(flags, positional_args)`.
+def run(tool: types.ModuleType) -> None:
+  """Runs `tool.main` as the program (absl's `app.run`), with the tool's flag defaults."""
+  adapt_shared_flags(tool)
+  app.run(lambda argv: _finish(tool, argv), flags_parser=lambda argv: _parse(tool, argv))
 
-  Each tool has its own FlagValues, so several tools can run in one process (tests). Bad input
-  (flag errors, ValueError incl. CheckpointError/ImageError, OSError) prints one line
-  `<name>: error: ...` and returns 1; whatever `body` returns is printed.
+
+def call(tool: types.ModuleType, argv: Sequence[str]) -> int:
+  """Runs `tool` in this process as `python -m` would with `argv` (program name first).
+
+  Returns the exit status. Only the tool's own flags are parsed (its key flags: other modules'
+  flags, e.g. main.py's required --config, are not checked), and every flag is reset before and
+  after, so calls (of one tool or several) do not see each other's flags.
   """
-  argv = list(sys.argv if argv is None else argv)
-  fv = flags.FlagValues()
-  define_flags(fv)
-  if any(a in ('-h', '--help', '--helpfull') for a in argv[1:]):
-    print(doc + '\nFlags:\n' + fv.get_help())
-    return 0
+  FLAGS.unparse_flags()
   try:
-    output = body(fv, fv(argv)[1:])
-  except (flags.Error, ValueError, OSError) as e:
-    print(f'{name}: error: {e}', file=sys.stderr)
-    return 1
+    adapt_shared_flags(tool)
+    own = flags.FlagValues()
+    for flag in FLAGS.get_key_flags_for_module(tool.__name__):
+      own[flag.name] = flag  # The same Flag objects: their values are what the tool reads.
+    try:
+      positional = own(list(argv))
+    except flags.Error as e:
+      return _error(tool, e)
+    FLAGS.mark_as_parsed()
+    return _finish(tool, positional)
+  finally:
+    FLAGS.unparse_flags()
+
+
+def adapt_shared_flags(tool: types.ModuleType) -> None:
+  """Gives the flags defined here `tool`'s defaults and help texts (`--help` shows them).
+
+  Also for programs beyond the tools that import one (research/small_data's --out).
+  """
+  for name, (default, text) in _SHARED.items():
+    FLAGS.set_default(name, getattr(tool, 'FLAG_DEFAULTS', {}).get(name, default))
+    FLAGS[name].help = getattr(tool, 'FLAG_HELP', {}).get(name, text)
+
+
+def _parse(tool: types.ModuleType, argv: Sequence[str]) -> List[str]:
+  try:
+    return FLAGS(list(argv))
+  except flags.Error as e:
+    sys.exit(_error(tool, e))
+  except SystemExit:  # absl's --help/--helpfull printed the help and exit 1; the tools exit 0.
+    sys.exit(0)
+
+
+def _finish(tool: types.ModuleType, argv: Sequence[str]) -> int:
+  try:
+    output: Optional[str] = tool.main(argv)
+  except (ValueError, OSError) as e:
+    return _error(tool, e)
   if output:
     print(output)
   return 0
+
+
+def _error(tool: types.ModuleType, error: Exception) -> int:
+  name = os.path.splitext(os.path.basename(tool.__file__))[0]  # Also when it is __main__.
+  print(f'{name}: error: {error}', file=sys.stderr)
+  return 1

@@ -11,7 +11,7 @@ cannot hold (hybrids, pre_logits, 2-D or sin-cos position embeddings) is one err
 
 import os
 import sys
-from typing import Optional, Sequence
+from typing import Sequence
 
 from absl import flags
 
@@ -21,34 +21,32 @@ from vit_jax.tools import features
 from vit_jax.checkpoints import timm_format
 
 
-def define_flags(fv: flags.FlagValues) -> None:
-  cli.define_model_flags(fv, 'Input side written into config.json (position embeddings are '
-                         'fitted to it); default: the checkpoint\'s own.')
-  flags.DEFINE_string('out', None, 'Folder to write config.json + model.safetensors into.',
-                      flag_values=fv)
+for _name in ('checkpoint', 'model', 'image_size', 'out'):  # Defined in cli.py.
+  flags.declare_key_flag(_name)
+FLAG_HELP = {'image_size': 'Input side written into config.json (position embeddings are '
+                           "fitted to it); default: the checkpoint's own.",
+             'out': 'Folder to write config.json + model.safetensors into.'}
 
 
-def run(fv: flags.FlagValues, args: Sequence[str]) -> str:
-  if args:
-    raise ValueError(f'Unexpected arguments: {" ".join(args)}')
-  if not fv.checkpoint or not fv.out:
+def main(argv: Sequence[str]) -> str:
+  """Writes the checkpoint named by --checkpoint as a timm hub folder in --out."""
+  if argv[1:]:
+    raise ValueError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  source, out = cli.CHECKPOINT.value, cli.OUT.value
+  if not source or not out:
     raise ValueError('Pass --checkpoint=PATH_OR_NAME and --out=FOLDER.')
-  if os.path.isfile(fv.out):
-    raise ValueError(f'--out={fv.out} is a file; pass a folder.')
-  loaded = features.load_model(fv.checkpoint, fv.model, fv.image_size)
+  if os.path.isfile(out):
+    raise ValueError(f'--out={out} is a file; pass a folder.')
+  loaded = features.load_model(source, cli.MODEL.value, cli.IMAGE_SIZE.value)
   try:
-    out = timm_format.export(loaded.params, loaded.config.to_dict(), fv.out,
-                             num_classes=loaded.num_classes, image_size=loaded.image_size,
-                             mean=loaded.mean, std=loaded.std)
+    folder = timm_format.export(loaded.params, loaded.config.to_dict(), out,
+                                num_classes=loaded.num_classes, image_size=loaded.image_size,
+                                mean=loaded.mean, std=loaded.std)
   except timm_format.TimmFormatError as e:
     raise checkpoint.CheckpointError(str(e)) from None
-  return (f'Wrote {out}/{timm_format.WEIGHTS_FILE} and {timm_format.CONFIG_FILE}; in PyTorch: '
-          f"timm.create_model('local-dir:{out}', pretrained=True)")
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-  return cli.run_tool('export_timm', __doc__, define_flags, run, argv)
+  return (f'Wrote {folder}/{timm_format.WEIGHTS_FILE} and {timm_format.CONFIG_FILE}; in '
+          f"PyTorch: timm.create_model('local-dir:{folder}', pretrained=True)")
 
 
 if __name__ == '__main__':
-  sys.exit(main())
+  cli.run(sys.modules[__name__])

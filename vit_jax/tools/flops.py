@@ -31,18 +31,17 @@ PARTS = ('resnet', 'patch_embedding', 'patch_merging', 'qkv_out_projections', 'a
          'head')
 
 
-def define_flags(fv: flags.FlagValues) -> None:
-  """Defines this tool's flags on `fv` (its own FlagValues, so tools can share a process)."""
-  flags.DEFINE_string('model', 'ViT-B_16', 'Model preset (ViT or hybrid).', flag_values=fv)
-  flags.DEFINE_integer('image', 224, 'Square image side in pixels.', flag_values=fv)
-  flags.DEFINE_alias('image_size', 'image', flag_values=fv)
-  flags.DEFINE_integer('num_classes', 1000, 'Outputs of the head (0: no head).', flag_values=fv)
-  flags.DEFINE_list('sizes', [], 'Image sides: print attention and total FLOPs per side for '
-                    '--model and the --also models instead of the breakdown.', flag_values=fv)
-  flags.DEFINE_list('also', [], 'More presets for the --sizes table (e.g. Swin-B_4_7).',
-                    flag_values=fv)
-  flags.DEFINE_bool('xla', False, 'Also compile the forward pass (batch 1) and print XLA\'s '
-                    'cost-analysis FLOPs (takes seconds to a minute).', flag_values=fv)
+_IMAGE = flags.DEFINE_integer('image', 224, 'Square image side in pixels.')
+_NUM_CLASSES = flags.DEFINE_integer('num_classes', 1000, 'Outputs of the head (0: no head).')
+_SIZES = flags.DEFINE_list('sizes', [], 'Image sides: print attention and total FLOPs per side '
+                           'for --model and the --also models instead of the breakdown.')
+_ALSO = flags.DEFINE_list('also', [], 'More presets for the --sizes table (e.g. Swin-B_4_7).')
+_XLA = flags.DEFINE_bool('xla', False, 'Also compile the forward pass (batch 1) and print '
+                         'XLA\'s cost-analysis FLOPs (takes seconds to a minute).')
+for _name in ('model', 'image_size'):  # Defined in cli.py; --image_size is --image here.
+  flags.declare_key_flag(_name)
+FLAG_DEFAULTS = {'model': 'ViT-B_16'}
+FLAG_HELP = {'model': 'Model preset (ViT or hybrid).', 'image_size': 'Same as --image.'}
 
 
 def conv_flops(out_hw: Tuple[int, int], kernel: Tuple[int, int], cin: int, cout: int) -> int:
@@ -235,25 +234,23 @@ def size_table(model_names: Sequence[str], sizes: Sequence[int], num_classes: in
   return '\n'.join(lines)
 
 
-def _run(fv: flags.FlagValues, extra: Sequence[str]) -> str:
-  if extra:
-    raise ValueError(f'Unexpected arguments {extra}; pass --model=NAME --image=SIZE.')
-  if fv.image < 1:
+def main(argv: Sequence[str]) -> str:
+  """The FLOPs report of --model at --image (or the --sizes table)."""
+  if argv[1:]:
+    raise ValueError(f'Unexpected arguments {list(argv[1:])}; pass --model=NAME --image=SIZE.')
+  model, num_classes = cli.MODEL.value, _NUM_CLASSES.value
+  image = _IMAGE.value if cli.IMAGE_SIZE.value is None else cli.IMAGE_SIZE.value
+  if image < 1:
     raise ValueError('--image must be a positive number of pixels.')
-  for name in [fv.model, *fv.also]:
+  for name in [model, *_ALSO.value]:
     models.get_config(name)  # Unknown names fail here, with the list of known ones.
-  if fv.sizes:
-    if not all(s.isdigit() and int(s) > 0 for s in fv.sizes):
-      raise ValueError(f'--sizes must be positive pixel counts, got {",".join(fv.sizes)}.')
-    return size_table([fv.model, *fv.also], [int(s) for s in fv.sizes], fv.num_classes)
-  xla = xla_flops(fv.model, fv.image, fv.num_classes) if fv.xla else None
-  return format_report(fv.model, fv.image, fv.num_classes, xla)
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-  """Command-line entry point; returns the exit status (1 and one line on bad input)."""
-  return cli.run_tool('flops', __doc__, define_flags, _run, argv)
+  if _SIZES.value:
+    if not all(s.isdigit() and int(s) > 0 for s in _SIZES.value):
+      raise ValueError(f'--sizes must be positive pixel counts, got {",".join(_SIZES.value)}.')
+    return size_table([model, *_ALSO.value], [int(s) for s in _SIZES.value], num_classes)
+  xla = xla_flops(model, image, num_classes) if _XLA.value else None
+  return format_report(model, image, num_classes, xla)
 
 
 if __name__ == '__main__':
-  sys.exit(main())
+  cli.run(sys.modules[__name__])

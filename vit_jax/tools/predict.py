@@ -34,16 +34,16 @@ LABEL_SETS = ('imagenet1k', 'imagenet21k', 'cifar10', 'cifar100', 'fashion_mnist
 _DEFAULT_LABELS = {1000: 'imagenet1k', 21843: 'imagenet21k', 100: 'cifar100'}
 
 
-def define_flags(fv: flags.FlagValues) -> None:
-  """Defines this tool's flags on `fv` (its own FlagValues, so tools can share a process)."""
-  cli.define_model_flags(fv, 'Square input side; default: the resolution the '
-                          'checkpoint was trained at (224 if it has no position embeddings).')
-  flags.DEFINE_integer('top_k', 5, 'Labels to print per image.', flag_values=fv)
-  flags.DEFINE_string('labels', None, f'One of {", ".join(LABEL_SETS)} or a text file with one '
-                      'label a line; default: the shipped set with as many classes as the head.',
-                      flag_values=fv)
-  flags.DEFINE_integer('batch_size', 16, 'Images per forward pass.', flag_values=fv)
-  flags.DEFINE_bool('json', False, 'Print one JSON document instead of text.', flag_values=fv)
+_TOP_K = flags.DEFINE_integer('top_k', 5, 'Labels to print per image.')
+_LABELS = flags.DEFINE_string(
+    'labels', None, f'One of {", ".join(LABEL_SETS)} or a text file with one label a line; '
+    'default: the shipped set with as many classes as the head.')
+_JSON = flags.DEFINE_bool('json', False, 'Print one JSON document instead of text.')
+for _name in ('checkpoint', 'model', 'image_size', 'batch_size'):  # Defined in cli.py.
+  flags.declare_key_flag(_name)
+FLAG_DEFAULTS = {'batch_size': 16}
+FLAG_HELP = {'image_size': 'Square input side; default: the resolution the checkpoint was '
+                           'trained at (224 if it has no position embeddings).'}
 
 
 def load_labels(labels: Optional[str], num_classes: int,
@@ -133,40 +133,35 @@ def format_text(result: Dict) -> str:
   return '\n'.join(lines)
 
 
-def run(fv: flags.FlagValues, image_paths: Sequence[str], out=None) -> None:
-  """Loads the checkpoint named by the flags and prints predictions for `image_paths`."""
-  out = out or sys.stdout
-  if not fv.checkpoint:
+def main(argv: Sequence[str]) -> None:
+  """Loads the checkpoint named by the flags and prints predictions for the paths in argv[1:]."""
+  checkpoint, batch_size, labels_flag = cli.CHECKPOINT.value, cli.BATCH_SIZE.value, _LABELS.value
+  if not checkpoint:
     raise ValueError('Pass --checkpoint=PATH_OR_NAME (an .npz file, a run directory or e.g. '
                      'ViT-B_16).')
-  if fv.top_k < 1 or fv.batch_size < 1:
+  if _TOP_K.value < 1 or batch_size < 1:
     raise ValueError('--top_k and --batch_size must be at least 1.')
-  paths = list_images(image_paths)
-  loaded = features.load_model(fv.checkpoint, fv.model, fv.image_size)
+  paths = list_images(argv[1:])
+  loaded = features.load_model(checkpoint, cli.MODEL.value, cli.IMAGE_SIZE.value)
   if loaded.head_is_zero:
     logging.warning('%s has an all-zero head (a pre-training file): every class gets the same '
                     'probability, so these predictions are meaningless; use a fine-tuned '
-                    'checkpoint (e.g. imagenet21k+imagenet2012/...).', fv.checkpoint)
-  labels = load_labels(fv.labels, loaded.num_classes, loaded.class_names)
-  results = predict(loaded, paths, k=fv.top_k, labels=labels,
-                    batch_size=min(fv.batch_size, len(paths)))
-  if fv.json:
-    json.dump({'checkpoint': fv.checkpoint, 'image_size': loaded.image_size,
-               'head_is_zero': loaded.head_is_zero, 'results': list(results)}, out, indent=1)
-    out.write('\n')
+                    'checkpoint (e.g. imagenet21k+imagenet2012/...).', checkpoint)
+  labels = load_labels(labels_flag, loaded.num_classes, loaded.class_names)
+  results = predict(loaded, paths, k=_TOP_K.value, labels=labels,
+                    batch_size=min(batch_size, len(paths)))
+  if _JSON.value:
+    json.dump({'checkpoint': checkpoint, 'image_size': loaded.image_size,
+               'head_is_zero': loaded.head_is_zero, 'results': list(results)}, sys.stdout,
+              indent=1)
+    print()
   else:
     for result in results:
-      out.write(format_text(result) + '\n')
-      out.flush()
-  if fv.labels is None and loaded.num_classes == 10 and not loaded.class_names:
+      print(format_text(result), flush=True)
+  if labels_flag is None and loaded.num_classes == 10 and not loaded.class_names:
     logging.warning('Labels shown as class indices: pass --labels=cifar10 or '
                     '--labels=fashion_mnist for names.')
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-  """Command-line entry point; returns the exit status (1 and one line on bad input)."""
-  return cli.run_tool('predict', __doc__, define_flags, run, argv)
-
-
 if __name__ == '__main__':
-  sys.exit(main())
+  cli.run(sys.modules[__name__])

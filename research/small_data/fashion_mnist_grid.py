@@ -1,0 +1,199 @@
+"""The grid of the small-data study on Fashion-MNIST (docs/small_data_study.md).
+
+  python -m research.small_data --grid=research/small_data/fashion_mnist_grid.py \
+    --out=runs/study2 --results=docs/study/results.jsonl
+
+Each run is one exact `python -m vit_jax.main --config=configs/study_fashion_mnist.py:...`
+command (that config file says what one run trains); this file lists the runs of each arm
+(data size, locality, remedies, pretraining, position embeddings) in dependency order and the
+report's tables. `:runlocal` gives four smoke runs on 8 images per class.
+"""
+
+import dataclasses
+from typing import Dict, List, Tuple
+
+from research.small_data import grid as grid_lib
+from vit_jax import config_lib
+
+STUDY_CONFIG = 'configs/study_fashion_mnist.py'
+POSEMBS = ('none', 'learn_2d', 'sincos2d')  # Beside the data arm's 'learn'.
+
+
+def command(**values) -> str:
+  """The exact `python -m vit_jax.main` command of one run (its workdir is added by the runner)."""
+  extra = values.pop('extra', '')
+  arg = ','.join(f'{k}={v}' for k, v in values.items() if k != 'runlocal' and v != '')
+  arg += ',runlocal' if values.get('runlocal') else ''
+  return f'python -m vit_jax.main --config={STUDY_CONFIG}:{arg}{extra}'
+
+
+def get_grid(arg: str = '') -> grid_lib.Grid:
+  """All arms. Options: `steps=N` for every run or `steps=P:N+P:N` per data fraction (other
+  runs take those of the smallest fraction with as many images: `Plan.steps_for`); `seeds=N`
+  for the arms in `seeded` (the others: seed 0 only); `pcts=P+P` the fractions of the data arm
+  (remedies: 1 and 5 of them); `full_seeds=N` the seeds of the 100% column.
+
+  The default is the plan of docs/small_data_study.md (round 2). `runlocal`: 4 smoke runs.
+  """
+  parts, runlocal = config_lib.parse_arg(arg)
+  opts = dict(seeds='3', steps='1:500+5:800+100:1000', seeded='data+remedies+pretrain',
+              pcts='1+5+100', full_seeds='1')
+  for part in parts:
+    key, sep, value = part.partition('=')
+    if not sep or key not in opts:
+      raise ValueError(f'Bad grid arg {part!r}; use seeds=N, steps=N or steps=P:N+P:N, '
+                       f'pcts=P+P, full_seeds=N, seeded=ARM+ARM (of {"+".join(ARMS)}) and/or '
+                       'runlocal.')
+    opts[key] = value
+  seeded = opts['seeded'].split('+')
+  if not set(seeded) <= set(ARMS):
+    raise ValueError(f'Unknown arm in seeded={opts["seeded"]}; use arms of {"+".join(ARMS)}.')
+  pcts = tuple(int(p) for p in opts['pcts'].split('+'))
+  plan = Plan(pcts, parse_steps(opts['steps'], pcts), int(opts['full_seeds']))
+  base = dict(root='{out}/data', runlocal='1' if runlocal else '')
+  runs = smoke_runs(dict(base, steps=plan.steps[max(pcts)])) if runlocal else [
+      r for s in range(int(opts['seeds']))  # Seed by seed: a cut grid still has every arm.
+      for name, arm in ARMS.items() if s == 0 or name in seeded for r in arm(base, s, plan)]
+  return grid_lib.Grid(runs=runs, tables=TABLES, folders='{out}/data', folder_limit=8 * runlocal)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """What a grid runs: data fractions, steps per fraction, seeds of the 100% column."""
+  pcts: Tuple[int, ...]
+  steps: Dict[int, int]
+  full_seeds: int
+
+  def pcts_of_seed(self, s: int, wanted: Tuple[int, ...] = ()) -> Tuple[int, ...]:
+    """The fractions (of `wanted`, default all) that seed `s` runs: 100% only below full_seeds."""
+    return tuple(p for p in (wanted or self.pcts) if p in self.pcts
+                 and (p != 100 or s < self.full_seeds))
+
+  def steps_for(self, images_pct: float) -> int:
+    """Steps of the smallest fraction with at least `images_pct`% of train/'s images (the
+    largest fraction's when none has): classes 5-9 at 10% hold 5% of the images."""
+    return self.steps[min((p for p in self.steps if p >= images_pct), default=max(self.steps))]
+
+
+def parse_steps(text: str, pcts: Tuple[int, ...]) -> Dict[int, int]:
+  """'1500' → that for every fraction; '1:800+5:1200+100:1500' → per fraction (all needed)."""
+  if ':' not in text:
+    return {p: int(text) for p in pcts}
+  steps = {int(p): int(n) for p, n in (item.split(':') for item in text.split('+'))}
+  missing = [p for p in pcts if p not in steps]
+  if missing:
+    raise ValueError(f'steps={text} names no steps for pct {missing}; add e.g. +{missing[0]}:1500.')
+  return steps
+
+
+def run(name: str, tags: Dict, base: Dict, **values) -> grid_lib.Run:
+  return grid_lib.Run(name, command(**base, **values), tags)
+
+
+def teacher_flag(p: int, s: int) -> str:
+  return f' --config.distill.teacher_path={{out}}/resnet_p{p}_s{s}/params.npz'
+
+
+def data_runs(base: Dict, s: int, plan: Plan) -> List[grid_lib.Run]:
+  """ResNet (first: it teaches the distilled ViTs), ViT and hybrid on each fraction.
+
+  The plain ViT evaluates 4 times (its curves decide the budget); the others at the end.
+  """
+  names = {'resnet': 'ResNet', 'vit': 'ViT', 'hybrid': 'hybrid'}
+  # The same runs are the remedies' baseline, hybrid-stem and locality rows.
+  extra = {'vit': dict(remedy='none (ViT)', posemb='learn'), 'hybrid': dict(remedy='hybrid stem'),
+           'resnet': dict(remedy='ResNet (reference)')}
+  return [run(f'{m}_p{p}_s{s}', dict(arm='data', model=names[m], pct=p, seed=s, **extra[m]),
+              base, model=m, pct=p, seed=s, steps=plan.steps[p], evals=4 if m == 'vit' else '')
+          for m in names for p in plan.pcts_of_seed(s)]
+
+
+def locality_runs(base: Dict, s: int, plan: Plan) -> List[grid_lib.Run]:
+  """Swin (local windows) in the data table; an arm of its own since it costs ~2x the ResNet."""
+  return [run(f'swin_p{p}_s{s}', dict(arm='data', model='Swin', pct=p, seed=s,
+                                      remedy='Swin (locality)'),
+              base, model='swin', pct=p, seed=s, steps=plan.steps[p])
+          for p in plan.pcts_of_seed(s)]
+
+
+REMEDY_RUNS = (  # (run-name suffix, table row, config values)
+    ('aug', 'RandAug(2, 10)+Mixup 0.2', dict(remedy='aug')),
+    ('reg', 'stoch. depth+wd+dropout', dict(remedy='reg')),
+    ('dtok', 'distill token, hard', dict(remedy='distill_token')),
+    ('dtoksoft', 'distill token, soft (tau 4)', dict(remedy='distill_token_soft')),
+    ('w64', 'smaller: width 64', dict(model='vit_w64')),
+    ('d2', 'smaller: depth 2', dict(model='vit_d2')),
+    ('p4', 'patch 4 (7x7 tokens)', dict(model='vit4')),
+    ('combo', 'combined: RandAug(2, 5)+Mixup+reg+token distill', dict(remedy='combo')),
+)
+
+
+def remedy_runs(base: Dict, s: int, plan: Plan) -> List[grid_lib.Run]:
+  """The ViT's remedies at 1% and 5% (baseline, hybrid and Swin cells: the data arm's runs)."""
+  runs = []
+  for p in plan.pcts_of_seed(s, (1, 5)):
+    for suffix, row, values in REMEDY_RUNS:
+      teacher = teacher_flag(p, s) if values.get('remedy', '').startswith(('distill', 'combo')) \
+          else ''
+      values = dict(dict(model='vit'), **values)
+      runs.append(run(f'vit_p{p}_s{s}_{suffix}', dict(remedy=row, pct=p, seed=s), base,
+                      pct=p, seed=s, steps=plan.steps[p], extra=teacher, **values))
+  return runs
+
+
+def pretrain_runs(base: Dict, s: int, plan: Plan) -> List[grid_lib.Run]:
+  """ViT and ResNet on classes 0-4 (all; once), then on 5-9 at 1%/10%: fine-tuned vs scratch."""
+  runs = []
+  for m, label in (('vit', 'ViT'), ('resnet', 'ResNet')):
+    if s == 0:
+      runs.append(run(f'{m}_c0-4_pretrain', dict(arm='pretrain'), base, model=m, classes='0-4',
+                      steps=plan.steps_for(50)))
+    init = f' --config.pretrained_path={{out}}/{m}_c0-4_pretrain/params.npz'
+    for p in (1, 10):
+      common = dict(model=m, classes='5-9', pct=p, seed=s, steps=plan.steps_for(p / 2))
+      runs += [run(f'{m}_c5-9_p{p}_s{s}_scratch', dict(init=f'{label} from scratch', pct=p,
+                                                       seed=s), base, **common),
+               run(f'{m}_c5-9_p{p}_s{s}_finetune', dict(init=f'{label} pretrained on 0-4',
+                                                        pct=p, seed=s), base, extra=init,
+                   **common)]
+  return runs
+
+
+def posemb_runs(base: Dict, s: int, plan: Plan) -> List[grid_lib.Run]:
+  """Position embeddings at 5% ('learn' cells are the data arm's ViT runs)."""
+  return [run(f'vit_p5_s{s}_pe-{pe}', dict(posemb=pe, pct=5, seed=s), base,
+              model='vit', pct=5, seed=s, posemb=pe, steps=plan.steps_for(5))
+          for pe in POSEMBS]
+
+
+def smoke_runs(base: Dict) -> List[grid_lib.Run]:
+  """One run of each dependency kind: a teacher, a token-distilled student, pretrain → fine-tune."""
+  return [run('resnet_p50', dict(arm='data', model='ResNet', pct=50, seed=0), base,
+              model='resnet', pct=50),
+          run('vit_p50_dtok', dict(arm='data', model='ViT distilled', pct=50, seed=0), base,
+              model='vit', pct=50, remedy='distill_token',
+              extra=' --config.distill.teacher_path={out}/resnet_p50/params.npz'),
+          run('vit_c0-4', dict(arm='pretrain'), base, model='vit', classes='0-4'),
+          run('vit_c5-9_finetune', dict(init='pretrained on 0-4', pct=50, seed=0), base,
+              model='vit', classes='5-9', pct=50,
+              extra=' --config.pretrained_path={out}/vit_c0-4/params.npz')]
+
+
+ARMS = {'data': data_runs, 'locality': locality_runs, 'remedies': remedy_runs,
+        'pretrain': pretrain_runs, 'posemb': posemb_runs}
+TABLES = (
+    grid_lib.Table('data_size', 'Test accuracy vs training-set size (same steps)', row='model',
+                col='pct', where=dict(arm='data'), col_label='% of train: ', log_x=True),
+    grid_lib.Table('data_size_train', 'Train accuracy vs training-set size', row='model',
+                col='pct', where=dict(arm='data'), col_label='% of train: ', log_x=True,
+                metric='accuracy_train'),
+    grid_lib.Table('remedies', 'ViT remedies at small data (test)', row='remedy', col='pct',
+                where=dict(pct=(1, 5)), col_label='% of train: '),
+    grid_lib.Table('remedies_val', 'ViT remedies at small data (validation: for choices)',
+                row='remedy', col='pct', where=dict(pct=(1, 5)), col_label='% of train: ',
+                metric='accuracy_val'),
+    grid_lib.Table('pretraining', 'Classes 5-9: pretrained on classes 0-4 vs from scratch',
+                row='init', col='pct', col_label='% of 5-9 train: '),
+    grid_lib.Table('posemb', 'ViT position embeddings', row='posemb', col='pct',
+                where=dict(pct=5), col_label='% of train: '),
+)

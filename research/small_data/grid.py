@@ -1,0 +1,81 @@
+"""What a grid is: the runs (exact commands) and the report's tables, read from a grid file."""
+
+import dataclasses
+import os
+import re
+import shlex
+import sys
+from typing import Any, List, Mapping, Optional, Sequence
+
+from vit_jax import config_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One training run: `out/<name>` runs `command` (`{out}` is replaced by the output folder).
+
+  `tags` place it in tables (e.g. model='ViT', pct=1, seed=0).
+  """
+  name: str
+  command: str
+  tags: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+  """A table of the report: rows by tag `row`, columns by tag `col`, of the runs matching `where`
+  (tag → value, or a tuple of allowed values) that have both tags.
+
+  A cell is the mean ± std of `metric` (a results field: accuracy_test, accuracy_val or
+  accuracy_train; in %) over its runs (the seeds).
+  """
+  name: str
+  title: str
+  row: str
+  col: str
+  where: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  col_label: str = ''
+  log_x: bool = False
+  metric: str = 'accuracy_test'
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+  """What a grid file's `get_grid(arg)` returns.
+
+  `folders` (with `{out}`) is where `prepare_folders` writes Fashion-MNIST as image folders
+  (None: the grid needs none); `folder_limit` keeps that many images per class and split (0 =
+  all; for smoke runs).
+  """
+  runs: Sequence[Run]
+  tables: Sequence[Table] = ()
+  folders: Optional[str] = None
+  folder_limit: int = 0
+
+
+def load_grid(spec: str) -> Grid:
+  """`path.py[:arg]` → the file's `get_grid(arg)`, checked for unique, path-safe names."""
+  path, _, arg = spec.partition(':')
+  if not os.path.isfile(path):
+    raise ValueError(f'Grid file {path!r} does not exist; pass '
+                     '--grid=research/small_data/FILE.py[:ARG].')
+  module = config_lib.load_config_module(path)
+  if not hasattr(module, 'get_grid'):
+    raise ValueError(f'{path} has no get_grid(arg); a grid file returns '
+                     'research.small_data.grid.Grid.')
+  grid = module.get_grid(arg)
+  names = [r.name for r in grid.runs]
+  duplicates = sorted({n for n in names if names.count(n) > 1})
+  bad = [n for n in names if not re.fullmatch(r'[\w.+-]+', n)]
+  if duplicates or bad:
+    raise ValueError(f'{path}: run names must be unique and path-safe ([A-Za-z0-9_.+-]); '
+                     f'duplicates {duplicates}, bad {bad}.')
+  return grid
+
+
+def command_argv(run: Run, out: str, python: str = sys.executable) -> List[str]:
+  """The argv of `run` in `out/<name>`: `{out}` filled, `python` = this interpreter, workdir."""
+  argv = shlex.split(run.command.replace('{out}', out))
+  if argv[:1] == ['python']:
+    argv[0] = python
+  return argv + [f'--workdir={os.path.join(out, run.name)}']

@@ -1,0 +1,145 @@
+"""What a run directory records, and the results file: one JSON line per run of a grid.
+
+`study.json` in each run directory keeps every attempt (wall time, exit code); `run_record`
+turns a finished run directory into its results line (tags, exact command, accuracies, steps,
+images seen, forward and training FLOPs, wall time), so the report needs only the results file.
+"""
+
+import functools
+import json
+import os
+import re
+import shlex
+import time
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from research.small_data import grid as grid_lib
+
+
+STATE_FILE = 'study.json'
+RESULTS_FILE = 'results.jsonl'
+
+
+def is_finished(workdir: str) -> bool:
+  """A run that exported its params (train.py writes metadata.json last)."""
+  return all(os.path.isfile(os.path.join(workdir, f)) for f in ('params.npz', 'metadata.json'))
+
+
+def read_state(workdir: str) -> Dict[str, Any]:
+  path = os.path.join(workdir, STATE_FILE)
+  if not os.path.isfile(path):
+    return {'attempts': []}
+  with open(path) as f:
+    return json.load(f)
+
+
+def record_attempt(workdir: str, command: str, wall_s: float, returncode: int) -> None:
+  """Appends one attempt (start, wall seconds, exit code) to `workdir/study.json`."""
+  state = read_state(workdir)
+  state['command'] = command
+  state['attempts'].append({'finished_at': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()),
+                            'wall_s': round(wall_s, 2), 'returncode': returncode})
+  tmp = os.path.join(workdir, f'{STATE_FILE}.tmp')
+  with open(tmp, 'w') as f:
+    json.dump(state, f, indent=1)
+  os.replace(tmp, os.path.join(workdir, STATE_FILE))
+
+
+TRAIN_FLOPS_FACTOR = 3  # A training step ≈ forward + backward (2x forward) per image.
+
+
+@functools.lru_cache(maxsize=None)
+def _forward_flops(model_json: str, image_size: int, num_classes: int) -> Tuple[float, str]:
+  from vit_jax.tools import flops  # Lazily: only records of finished runs need it.
+  model = json.loads(model_json)
+  try:
+    return float(flops.count_flops(model, image_size, num_classes)['total']), 'vit_jax.flops'
+  except ValueError:  # ResNet and Mixer: XLA's count of the compiled forward pass.
+    return flops.xla_flops(model, image_size, num_classes), 'xla cost analysis'
+
+
+def forward_flops(meta: Mapping[str, Any]) -> Tuple[float, str]:
+  """Forward FLOPs per image of the model a metadata.json describes, and what counted them:
+  `vit_jax.flops.count_flops` for ViT, hybrid and Swin, XLA's cost analysis for the ResNet."""
+  return _forward_flops(json.dumps(meta['model'], sort_keys=True), int(meta['image_size']),
+                        int(meta['num_classes']))
+
+
+def _read_json(path: str) -> Optional[Dict[str, Any]]:
+  if not os.path.isfile(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def teacher_metadata(command: str) -> Optional[Dict[str, Any]]:
+  """The metadata.json beside the `--config.distill.teacher_path=` of `command`, if any."""
+  match = re.search(r'--config\.distill\.teacher_path=(\S+)', command)
+  return _read_json(os.path.join(os.path.dirname(match.group(1)), 'metadata.json')
+                    ) if match else None
+
+
+def run_record(run: grid_lib.Run, out: str) -> Dict[str, Any]:
+  """One results line of `run` from its run directory: its exact command, wall time (all
+  attempts), and once finished train/val/test accuracy, steps, images seen and compute.
+
+  Compute: `train_flops` = 3 x forward FLOPs per image x images seen (steps x batch), plus one
+  teacher forward per image when distilling; evaluation is not counted.
+  """
+  workdir = os.path.join(out, run.name)
+  attempts = read_state(workdir)['attempts']
+  command = shlex.join(grid_lib.command_argv(run, out, python='python'))
+  record = dict(name=run.name, tags=dict(run.tags), command=command,
+                finished=is_finished(workdir), attempts=len(attempts),
+                wall_s=round(float(sum(a['wall_s'] for a in attempts)), 1))
+  meta = _read_json(os.path.join(workdir, 'metadata.json')) if record['finished'] else None
+  if meta is None:
+    return record
+  steps, batch = int(meta['step']), meta.get('batch')  # Runs before round 2 lack the batch.
+  flops, source = forward_flops(meta)
+  teacher = teacher_metadata(command)
+  teacher_flops = forward_flops(teacher)[0] if teacher else 0.
+  images = steps * int(batch) if batch else None
+  record.update(
+      steps=steps, batch=batch, images_seen=images,
+      accuracy_train=meta.get('accuracy_train'), accuracy_val=meta.get('accuracy_val'),
+      accuracy_test=meta['accuracy'], num_examples_train=meta.get('num_examples_train'),
+      num_examples_val=meta.get('num_examples_val'), num_examples_test=meta['num_examples'],
+      forward_flops=flops, flops_source=source, teacher_forward_flops=teacher_flops,
+      train_flops=(TRAIN_FLOPS_FACTOR * flops + teacher_flops) * images if images else None)
+  return record
+
+
+def read_results(path: str) -> Dict[str, Dict[str, Any]]:
+  """{run name: record} of a results file (one JSON object a line); {} when there is none."""
+  if not path or not os.path.isfile(path):
+    return {}
+  records = {}
+  with open(path) as f:
+    for number, line in enumerate(f, 1):
+      if line.strip():
+        try:
+          record = json.loads(line)
+        except json.JSONDecodeError as e:
+          raise ValueError(f'{path}:{number} is not a JSON line ({e.msg}); fix or delete '
+                           'it (rerunning the grid rewrites it from its run directory).') from None
+        records[record['name']] = record
+  return records
+
+
+def update_results(path: str, grid: grid_lib.Grid, out: str) -> Dict[str, Dict[str, Any]]:
+  """Rewrites the results file: a record for every run with a directory under `out`, and the
+  file's other records kept (runs made elsewhere), in the grid's order; returns them all."""
+  records = read_results(path)
+  for run in grid.runs:
+    if os.path.isdir(os.path.join(out, run.name)):
+      records[run.name] = run_record(run, out)
+  if not records:
+    return {}
+  order = {run.name: i for i, run in enumerate(grid.runs)}
+  ordered = sorted(records.values(), key=lambda r: order.get(r['name'], len(order)))
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  with open(f'{path}.tmp', 'w') as f:
+    f.writelines(json.dumps(r, sort_keys=True) + '\n' for r in ordered)
+  os.replace(f'{path}.tmp', path)
+  return {r['name']: r for r in ordered}

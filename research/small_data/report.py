@@ -1,0 +1,213 @@
+"""The report of a grid from its results file: markdown tables (mean ± std), plots, run list.
+
+`write_into_doc` puts it between the study:begin/end markers of a markdown file, so the numbers
+of a write-up are generated, never typed.
+"""
+
+import os
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from research.small_data import grid as grid_lib
+
+
+DOC_BEGIN, DOC_END = '<!-- study:begin -->', '<!-- study:end -->'
+
+
+def mean_std(values: Sequence[float]) -> Tuple[float, float]:
+  """Mean and sample standard deviation (0 for a single value)."""
+  array = np.asarray(values, np.float64)
+  return float(array.mean()), float(array.std(ddof=1)) if len(array) > 1 else 0.
+
+
+def table_cells(table: grid_lib.Table, runs: Sequence[grid_lib.Run]
+                ) -> Tuple[List[Any], List[Any], Dict[Tuple[Any, Any], List[str]]]:
+  """(row values, column values, {(row, col): run names}) in the order the grid lists them."""
+  rows, cols, cells = [], [], {}
+  for run in runs:
+    if not all(_matches(run.tags.get(k), v) for k, v in table.where.items()):
+      continue
+    if table.row not in run.tags or table.col not in run.tags:
+      continue
+    r, c = run.tags[table.row], run.tags[table.col]
+    rows += [r] if r not in rows else []
+    cols += [c] if c not in cols else []
+    cells.setdefault((r, c), []).append(run.name)
+  return rows, cols, cells
+
+
+def _matches(value: Any, wanted: Any) -> bool:
+  """A tag matches a value, or one of a tuple of values."""
+  return value in wanted if isinstance(wanted, tuple) else value == wanted
+
+
+def _values(names: Sequence[str], records: Mapping[str, Dict[str, Any]], metric: str
+            ) -> List[float]:
+  """`metric` in % of the finished runs among `names`."""
+  return [100 * records[n][metric] for n in names
+          if n in records and records[n].get(metric) is not None]
+
+
+def format_cell(names: Sequence[str], records: Mapping[str, Dict[str, Any]],
+                metric: str = 'accuracy_test') -> str:
+  """'87.12 ± 0.31 <sub>vit_p1_s0 vit_p1_s1</sub>'; unfinished runs are named, not averaged."""
+  done = _values(names, records, metric)
+  missing = len(names) - len(done)
+  if not done:  # 'n/a': finished without this metric (e.g. a round-1 run has no accuracy_val).
+    text = 'n/a' if all(records.get(n, {}).get('finished') for n in names) else 'unfinished'
+  else:
+    mean, std = mean_std(done)
+    text = f'{mean:.2f} ± {std:.2f}' if len(done) > 1 else f'{mean:.2f}'
+  if missing and done:
+    text += f' ({missing} unfinished)'
+  return f'{text} <sub>{" ".join(names)}</sub>'
+
+
+def table_markdown(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
+                   records: Mapping[str, Dict[str, Any]]) -> str:
+  """The table as markdown: a column per `col` value, a row per `row` value."""
+  rows, cols, cells = table_cells(table, runs)
+  header = [table.row] + [f'{table.col_label}{c}' for c in cols]
+  lines = ['| ' + ' | '.join(header) + ' |', '|' + ' --- |' * len(header)]
+  for r in rows:
+    values = [format_cell(cells[(r, c)], records, table.metric) if (r, c) in cells else ''
+              for c in cols]
+    lines.append('| ' + ' | '.join([str(r)] + values) + ' |')
+  return '\n'.join(lines)
+
+
+def _pyplot():
+  import matplotlib  # Imported lazily: the runner itself does not plot.
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt
+  return plt
+
+
+def plot_table(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
+               records: Mapping[str, Dict[str, Any]], png_path: str) -> None:
+  """`metric` per row over the columns: lines over numeric columns, grouped bars otherwise."""
+  plt = _pyplot()
+  rows, cols, cells = table_cells(table, runs)
+  numeric = all(isinstance(c, (int, float)) for c in cols)
+  fig, ax = plt.subplots(figsize=(6.4, 4))
+  for i, r in enumerate(rows):
+    xs, means, stds = [], [], []
+    for j, c in enumerate(cols):
+      done = _values(cells.get((r, c), ()), records, table.metric)
+      if done:
+        mean, std = mean_std(done)
+        xs.append(c if numeric else j + (i - (len(rows) - 1) / 2) * 0.8 / len(rows))
+        means.append(mean)
+        stds.append(std)
+    if numeric:
+      ax.errorbar(xs, means, yerr=stds, marker='o', capsize=3, label=str(r))
+    else:
+      ax.bar(xs, means, width=0.8 / len(rows), yerr=stds, capsize=3, label=str(r))
+  if numeric and table.log_x:
+    ax.set_xscale('log')
+  if numeric:
+    ax.set_xticks(cols, [str(c) for c in cols])
+  else:
+    ax.set_xticks(range(len(cols)), [str(c) for c in cols])
+  ax.set(xlabel=table.col_label or table.col, ylabel=f'{_metric_name(table.metric)} (%)',
+         title=table.title)
+  _finish_plot(plt, fig, ax, png_path)
+
+
+def plot_compute(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
+                 records: Mapping[str, Dict[str, Any]], png_path: str) -> None:
+  """Each finished run of the table: `metric` over its training FLOPs (log), one colour a row."""
+  plt = _pyplot()
+  rows, _, cells = table_cells(table, runs)
+  fig, ax = plt.subplots(figsize=(6.4, 4))
+  for r in rows:
+    names = [n for (row, _), ns in cells.items() if row == r for n in ns
+             if records.get(n, {}).get(table.metric) is not None
+             and records[n].get('train_flops') is not None]
+    ax.scatter([records[n]['train_flops'] for n in names],
+               [100 * records[n][table.metric] for n in names], label=str(r), alpha=.8)
+  ax.set_xscale('log')
+  ax.set(xlabel='training FLOPs (3 x forward x images seen)',
+         ylabel=f'{_metric_name(table.metric)} (%)', title=f'{table.title}: by compute')
+  _finish_plot(plt, fig, ax, png_path)
+
+
+def _finish_plot(plt, fig, ax, png_path: str) -> None:
+  ax.grid(alpha=.3)
+  ax.legend(fontsize='small')
+  fig.tight_layout()
+  fig.savefig(png_path, dpi=100)
+  plt.close(fig)
+
+
+def _metric_name(metric: str) -> str:
+  return metric.replace('accuracy_', '') + ' accuracy'
+
+
+def _pct(value: Optional[float]) -> str:
+  return '' if value is None else f'{100 * value:.2f}'
+
+
+def runs_markdown(runs: Sequence[grid_lib.Run], records: Mapping[str, Dict[str, Any]]) -> str:
+  """Every run: train / val / test accuracy, steps, compute, wall time and exact command."""
+  lines = ['| run | train acc. (%) | val acc. (%) | test acc. (%) | steps | images seen | '
+           'fwd MFLOPs/img | train TFLOPs | wall time | command |',
+           '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |']
+  for run in runs:
+    r = records.get(run.name)
+    if r is None or not r.get('finished'):
+      wall = _fmt_wall(r['wall_s']) if r else ''
+      lines.append(f'| {run.name} | | | unfinished | | | | | {wall} | |')
+      continue
+    lines.append(
+        f'| {run.name} | {_pct(r["accuracy_train"])} | {_pct(r["accuracy_val"])} | '
+        f'{_pct(r["accuracy_test"])} | {r["steps"]} | {r["images_seen"] or ""} | '
+        f'{r["forward_flops"] / 1e6:.1f} | {_scaled(r["train_flops"], 1e12)} | '
+        f'{_fmt_wall(r["wall_s"])} | `{r["command"]}` |')
+  return '\n'.join(lines)
+
+
+def _scaled(value: Optional[float], unit: float) -> str:
+  return '' if value is None else f'{value / unit:.2f}'
+
+
+def _fmt_wall(seconds: float) -> str:
+  return f'{int(seconds) // 60}m{int(seconds) % 60:02d}s'
+
+
+def report_markdown(grid: grid_lib.Grid, records: Mapping[str, Dict[str, Any]], report_dir: str,
+                    image_dir: str, source: str) -> str:
+  """The whole report from `records` (tables with plots, then every run); writes the PNGs into
+  `report_dir`. `image_dir` is how the markdown refers to `report_dir`; `source` names the
+  results file the records came from."""
+  os.makedirs(report_dir, exist_ok=True)
+  total = sum(records[r.name]['wall_s'] for r in grid.runs if r.name in records)
+  done = sum(bool(records.get(r.name, {}).get('finished')) for r in grid.runs)
+  parts = [f'{done} of {len(grid.runs)} runs finished; total wall time {_fmt_wall(total)} '
+           f'({total / 3600:.2f} h). Generated by `python -m research.small_data --report` from '
+           f'`{source}`. Compute: training FLOPs = 3 x forward FLOPs per image (vit_jax.flops; '
+           'XLA\'s count for the ResNet) x images seen, plus the teacher\'s forward when '
+           'distilling; evaluation not counted.']
+  for table in grid.tables:
+    png, compute_png = f'{table.name}.png', f'{table.name}_compute.png'
+    plot_table(table, grid.runs, records, os.path.join(report_dir, png))
+    plot_compute(table, grid.runs, records, os.path.join(report_dir, compute_png))
+    parts += [f'### {table.title}', table_markdown(table, grid.runs, records),
+              f'![{table.title}]({image_dir}/{png}) '
+              f'![{table.title}: by compute]({image_dir}/{compute_png})']
+  parts += ['### Every run', runs_markdown(grid.runs, records)]
+  return '\n\n'.join(parts) + '\n'
+
+
+def write_into_doc(doc: str, text: str) -> None:
+  """Replaces the text between the DOC_BEGIN and DOC_END markers of `doc` with `text`."""
+  with open(doc) as f:
+    content = f.read()
+  begin, end = content.find(DOC_BEGIN), content.find(DOC_END)
+  if begin < 0 or end < begin:
+    raise ValueError(f'{doc} lacks the markers {DOC_BEGIN} ... {DOC_END}; add them where the '
+                     'generated tables go.')
+  content = content[:begin + len(DOC_BEGIN)] + '\n' + text + content[end:]
+  with open(doc, 'w') as f:
+    f.write(content)
