@@ -45,7 +45,7 @@ import tensorflow_datasets as tfds
 from absl import logging
 from vit_jax.data import fashion_mnist
 from vit_jax.data import randaugment
-from vit_jax.checkpoints import timm_format
+from vit_jax import presets
 
 Batch = Dict[str, np.ndarray]
 
@@ -840,7 +840,7 @@ def _resize(image: tf.Tensor, size: int) -> tf.Tensor:
 
 
 def is_official_normalization(mean: Sequence[float], std: Sequence[float]) -> bool:
-  return tuple(mean) == timm_format.OFFICIAL_MEAN and tuple(std) == timm_format.OFFICIAL_STD
+  return tuple(mean) == presets.OFFICIAL_MEAN and tuple(std) == presets.OFFICIAL_STD
 
 
 def make_normalize(mean: Sequence[float], std: Sequence[float]

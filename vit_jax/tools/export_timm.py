@@ -17,8 +17,9 @@ from absl import flags
 
 from vit_jax import checkpoint
 from vit_jax.tools import cli
-from vit_jax.tools import features
-from vit_jax.checkpoints import timm_format
+from vit_jax.checkpoints import timm_files
+from vit_jax.checkpoints import timm_export
+from vit_jax.checkpoints import loading
 
 
 def define_flags(fv: flags.FlagValues) -> None:
@@ -35,14 +36,14 @@ def run(fv: flags.FlagValues, args: Sequence[str]) -> str:
     raise ValueError('Pass --checkpoint=PATH_OR_NAME and --out=FOLDER.')
   if os.path.isfile(fv.out):
     raise ValueError(f'--out={fv.out} is a file; pass a folder.')
-  loaded = features.load_model(fv.checkpoint, fv.model, fv.image_size)
+  loaded = loading.load_model(fv.checkpoint, fv.model, fv.image_size)
   try:
-    out = timm_format.export(loaded.params, loaded.config.to_dict(), fv.out,
+    out = timm_export.export(loaded.params, loaded.config.to_dict(), fv.out,
                              num_classes=loaded.num_classes, image_size=loaded.image_size,
                              mean=loaded.mean, std=loaded.std)
-  except timm_format.TimmFormatError as e:
+  except timm_files.TimmFormatError as e:
     raise checkpoint.CheckpointError(str(e)) from None
-  return (f'Wrote {out}/{timm_format.WEIGHTS_FILE} and {timm_format.CONFIG_FILE}; in PyTorch: '
+  return (f'Wrote {out}/{timm_files.WEIGHTS_FILE} and {timm_files.CONFIG_FILE}; in PyTorch: '
           f"timm.create_model('local-dir:{out}', pretrained=True)")
 
 
