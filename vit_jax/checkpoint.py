@@ -1,7 +1,7 @@
 """Published `.npz` checkpoints: load into the Linen tree, save, and load for fine-tuning.
 
 The official module's API (`load`, `save`, `load_pretrained`), built from `vit_jax.checkpoints`:
-`npz` (the file format and its legacy names), `store` (published names, download and cache),
+`npz_format` (the file and its legacy names), `store` (published names, download and cache),
 `surgery` (heads, position embeddings, the tree check), `metadata` (what an export is),
 `architecture` (the model a file's shapes describe) and `loading.load_model` (a file into a
 ready model). timm-format checkpoints (a hub folder, a `.safetensors` file, `hf-hub:timm/<name>`)
