@@ -5,7 +5,7 @@
 
 For each family timm creates the model (no download: `pretrained=False`), every parameter is
 noised (tiny: +0.2 N(0,1); real: +0.02 N(0,1)), and `timm.models.save_for_hf` writes the hub
-folder. Then `features.load_model(folder)` is timed (read safetensors, convert, check the tree;
+folder. Then `loading.load_model(folder)` is timed (read safetensors, convert, check the tree;
 JAX only traces shapes), the JAX logits of two random images are compared with timm's, and the
 same model with its activation swapped (exact GELU ↔ tanh GELU) gives the gap a wrong
 activation would make. Prints one markdown table with the date, machine and command.
@@ -57,14 +57,14 @@ def measure(family: str, size: str, workdir: str) -> dict:
   import jax.numpy as jnp
   import torch
   from timm.models import save_for_hf
-  from vit_jax.tools import features
+  from vit_jax.checkpoints import loading
   from vit_jax import models
   name, kwargs = FAMILIES[family]
   net = make_timm(name, kwargs, size)
   folder = os.path.join(workdir, name)
   save_for_hf(net, folder, safe_serialization=True)
   start = time.perf_counter()
-  loaded = features.load_model(folder)
+  loaded = loading.load_model(folder)
   load_s = time.perf_counter() - start
   x = np.random.default_rng(1).normal(
       size=(2, loaded.image_size, loaded.image_size, 3)).astype(np.float32)

@@ -1,4 +1,4 @@
-"""checkpoint.architecture: every preset and non-preset shape recovered from an anonymous file.
+"""architecture.architecture: every preset and non-preset shape recovered from an anonymous file.
 
 Big presets are checked on shapes only (`jax.eval_shape`, arrays broadcast from one zero, no
 memory); small models are written with random weights as `x.npz` (a name that says nothing),
@@ -17,10 +17,15 @@ from vit_jax.tools import analyze
 from vit_jax.tools import cli
 from vit_jax import checkpoint
 from vit_jax import config_lib
-from vit_jax.tools import features
 from vit_jax import models
 from vit_jax.tools import predict
 from vit_jax import presets
+from vit_jax.checkpoints import surgery
+from vit_jax.checkpoints import store
+from vit_jax.checkpoints import npz_format
+from vit_jax.checkpoints import metadata as metadata_lib
+from vit_jax.checkpoints import loading
+from vit_jax.checkpoints import architecture
 
 
 def _abstract(config, size, num_classes):
@@ -31,7 +36,7 @@ def _abstract(config, size, num_classes):
 
 def _comparable(config):
   """Plain dict with VIT_EXTRAS filled in and `resnet` present (None when not a hybrid)."""
-  out = checkpoint._plain(config)
+  out = architecture.plain_config(config)
   if not presets.is_mixer(out):
     out = {**presets.VIT_EXTRAS, 'resnet': None, **out}
   return out
@@ -51,9 +56,9 @@ def test_every_preset_from_shapes(name):
     config = config_lib.with_model(config_lib.get_config(), name).model
   size = 64 if 'testing' in name else 224
   shapes = _abstract(config, size, 1000)
-  flat = checkpoint.params_to_flat(
+  flat = npz_format.params_to_flat(
       jax.tree.map(lambda s: np.broadcast_to(np.float32(0), s.shape), shapes))
-  arch = checkpoint.architecture(flat)
+  arch = architecture.architecture(flat)
   assert arch.model_name == name
   _same(arch.config, config)
   # A ResNet classifier has no position embeddings, so no trained resolution to read.
@@ -64,7 +69,7 @@ def test_every_preset_from_shapes(name):
   assert arch.grid == (None if resnet or swin else models.token_grid(config, (size, size)))
   assert not swin or any('trained at' in note for note in arch.assumed)
   # A Linen tree (here: shapes only) gives the same answer as the published flat names.
-  assert checkpoint.architecture(shapes) == arch
+  assert architecture.architecture(shapes) == arch
 
 
 def _vit(name, patch=8, resnet_layers=None, **fields):
@@ -75,7 +80,7 @@ def _vit(name, patch=8, resnet_layers=None, **fields):
 
 
 def _fmnist(path):
-  return features.model_config(path)
+  return loading.model_config(path)
 
 
 NON_PRESETS = {
@@ -97,7 +102,7 @@ def test_non_preset_shapes_from_an_anonymous_file(case, tmp_path):
   model = models.get_model(config, num_classes=7)
   params = perturb(model.init(jax.random.key(0), images(1, size, size), train=False)['params'])
   path = checkpoint.save(params, str(tmp_path / 'x.npz'))
-  arch = checkpoint.architecture(checkpoint.read_npz(path))
+  arch = architecture.architecture(npz_format.read_npz(path))
   assert arch.model_name != config.model_name and 'custom' in arch.model_name
   _same(arch.config, config, ignore_name=True)
   assert arch.num_classes == 7 and arch.image_size == (None if case == 'sincos2d' else size)
@@ -117,7 +122,7 @@ def test_hand_written_published_files(linen_names, tmp_path):
   if linen_names:
     renames = dict(BLOCK_NAMES)
     flat = {'/'.join(renames.get(p, p) for p in k.split('/')): v for k, v in flat.items()}
-  arch = checkpoint.architecture(checkpoint.read_npz(write_npz(tmp_path / 'model.npz', flat)))
+  arch = architecture.architecture(npz_format.read_npz(write_npz(tmp_path / 'model.npz', flat)))
   c = arch.config
   assert (c.patches.size, c.hidden_size, c.representation_size) == ((4, 4), 12, 8)
   assert (c.transformer.num_layers, c.transformer.num_heads, c.transformer.mlp_dim) == (2, 3, 20)
@@ -137,8 +142,8 @@ def _write(model_name_or_config, size, path, num_classes=10, seed=0):
                                         ('ViT-Ti_16', 32), ('R+ViT-Ti_16', 64)])
 def test_small_presets_load_without_model(name, size, tmp_path):
   path, model, params = _write(name, size, tmp_path / 'x.npz')
-  by_file = features.load_model(path)
-  by_name = features.load_model(path, name)
+  by_file = loading.load_model(path)
+  by_name = loading.load_model(path, name)
   assert by_file.config.model_name == name and by_file.image_size == size
   assert _comparable(by_file.config) == _comparable(by_name.config)
   _same(by_file.config, config_lib.with_model(config_lib.get_config(), name).model)
@@ -162,10 +167,10 @@ def test_mixer_from_an_anonymous_file(tmp_path):
   config = presets.get_config('Mixer-B_16')
   config.update(dict(hidden_dim=32, num_blocks=2, tokens_mlp_dim=8, channels_mlp_dim=48))
   path, model, params = _write(config, 32, tmp_path / 'x.npz', num_classes=3)
-  arch = checkpoint.architecture(checkpoint.read_npz(path))
+  arch = architecture.architecture(npz_format.read_npz(path))
   assert arch.model_name == 'Mixer-custom-32d-2L-p16' and arch.grid == (2, 2)
   _same(arch.config, config, ignore_name=True)
-  loaded = features.load_model(path)
+  loaded = loading.load_model(path)
   x = images(2, 32, 32)
   np.testing.assert_array_equal(loaded.model.apply({'params': loaded.params}, x, train=False),
                                 model.apply({'params': params}, x, train=False))
@@ -173,23 +178,23 @@ def test_mixer_from_an_anonymous_file(tmp_path):
 
 def test_first_difference():
   ti, s16 = models.MODEL_CONFIGS['ViT-Ti_16'], models.MODEL_CONFIGS['ViT-S_16']
-  assert checkpoint.first_difference(ti, ti, 'ViT-Ti_16') is None
-  assert checkpoint.first_difference(ti, s16, 'ViT-S_16') == (
+  assert architecture.first_difference(ti, ti, 'ViT-Ti_16') is None
+  assert architecture.first_difference(ti, s16, 'ViT-S_16') == (
       'hidden size 192 in the file, 384 in ViT-S_16')
-  assert checkpoint.first_difference(ti, models.MODEL_CONFIGS['Mixer-B_16'], 'M') == (
+  assert architecture.first_difference(ti, models.MODEL_CONFIGS['Mixer-B_16'], 'M') == (
       'family ViT in the file, Mixer in M')
   gap = models.MODEL_CONFIGS['ViT-S_16-gap-norep']
-  assert checkpoint.first_difference(gap, s16, 'ViT-S_16') == (
+  assert architecture.first_difference(gap, s16, 'ViT-S_16') == (
       'class token no in the file, yes in ViT-S_16')
 
 
 def _run_dir(tmp_path):
   """A quickstart-like run: a custom ViT's params.npz + metadata.json (Fashion-MNIST names)."""
-  config = features.model_config('configs/fashion_mnist_quickstart.py')
+  config = loading.model_config('configs/fashion_mnist_quickstart.py')
   run = tmp_path / 'run'
   _write(config, 28, run / 'params.npz', num_classes=10)
   names = predict.load_labels('fashion_mnist', 10)
-  checkpoint.write_metadata(str(run), model_config=config, image_size=28, class_names=names,
+  metadata_lib.write_metadata(str(run), model_config=config, image_size=28, class_names=names,
                             dataset='fashion_mnist', step=10, accuracy=0.5)
   return run, config, names
 
@@ -198,20 +203,20 @@ def test_run_directory_predicts_with_label_names(tmp_path, capsys):
   run, config, names = _run_dir(tmp_path)
   meta = json.loads((run / 'metadata.json').read_text())
   assert meta['num_classes'] == 10 and meta['image_size'] == 28 and meta['step'] == 10
-  assert checkpoint.read_metadata(str(run / 'params.npz')) == meta
+  assert metadata_lib.read_metadata(str(run / 'params.npz')) == meta
   files = write_images(tmp_path / 'images')[:2]
   for target in (run, run / 'params.npz'):
     assert cli.call(predict, ['predict', f'--checkpoint={target}', '--json', *files]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result['image_size'] == 28
     assert result['results'][0]['predictions'][0]['label'] in names
-  loaded = features.load_model(str(run))
+  loaded = loading.load_model(str(run))
   assert loaded.config.model_name == config.model_name and loaded.assumed == ()
   assert loaded.config.attention_impl == config.attention_impl  # From the metadata.
   # The metadata describes params.npz only: a copy under another name is read from its shapes.
   (run / 'other.npz').write_bytes((run / 'params.npz').read_bytes())
-  assert checkpoint.read_metadata(str(run / 'other.npz')) is None
-  assert features.load_model(str(run / 'other.npz')).class_names is None
+  assert metadata_lib.read_metadata(str(run / 'other.npz')) is None
+  assert loading.load_model(str(run / 'other.npz')).class_names is None
 
 
 def test_analyze_a_run_directory(tmp_path, capsys):
@@ -235,10 +240,10 @@ def test_wrong_model_is_one_short_line(tmp_path, capsys):
 def test_metadata_that_contradicts_the_file(tmp_path):
   run, config, names = _run_dir(tmp_path)
   config.hidden_size = 64
-  checkpoint.write_metadata(str(run), model_config=config, image_size=28, class_names=names,
+  metadata_lib.write_metadata(str(run), model_config=config, image_size=28, class_names=names,
                             dataset='fashion_mnist')
   with pytest.raises(checkpoint.CheckpointError, match='hidden size 128 in the file, 64 in '):
-    features.load_model(str(run))
+    loading.load_model(str(run))
 
 
 def test_load_pretrained_from_a_run_directory(tmp_path):
@@ -252,12 +257,12 @@ def test_load_pretrained_from_a_run_directory(tmp_path):
 
 def test_pretrained_path_reads_the_config(tmp_path):
   config = config_lib.with_model(config_lib.get_config(), 'ViT-B_16')
-  assert checkpoint.pretrained_path(config) == 'gs://vit_models/imagenet21k/ViT-B_16.npz'
+  assert store.pretrained_path(config) == 'gs://vit_models/imagenet21k/ViT-B_16.npz'
   (tmp_path / 'params.npz').write_bytes(b'')
   config.pretrained_path = str(tmp_path)  # A run directory.
-  assert checkpoint.pretrained_path(config) == str(tmp_path / 'params.npz')
+  assert store.pretrained_path(config) == str(tmp_path / 'params.npz')
   config.pretrained_path, config.pretrained_dir = '', ''
-  assert checkpoint.pretrained_path(config) is None
+  assert store.pretrained_path(config) is None
 
 
 def test_fit_posemb_learn_2d_per_axis():
@@ -266,7 +271,7 @@ def test_fit_posemb_learn_2d_per_axis():
   params = {'cls': np.zeros((1, 1, 16)), 'Transformer': {'posembed_input': {
       'pos_embedding_row': rows, 'pos_embedding_col': rows[:4],
       'pos_embedding_prefix': np.zeros((1, 1, 16))}}}
-  fitted = checkpoint.fit_posemb(params, config, (11, 4))['Transformer']['posembed_input']
+  fitted = surgery.fit_posemb(params, config, (11, 4))['Transformer']['posembed_input']
   np.testing.assert_allclose(fitted['pos_embedding_row'][:, 0], np.arange(11) / 2, atol=1e-6)
   np.testing.assert_array_equal(fitted['pos_embedding_col'], rows[:4])  # Already 4 columns.
   assert params['Transformer']['posembed_input']['pos_embedding_row'] is rows  # Not in place.
@@ -280,8 +285,9 @@ def _exported_run(tmp_path, **fields):
   run = tmp_path / 'run'
   description = dict(model_config=config, image_size=28, class_names=['a', 'b', 'c'],
                      dataset='folder', step=2)
-  checkpoint.save(params, str(run / 'params.npz'), metadata=checkpoint.describe_run(**description))
-  checkpoint.write_metadata(str(run), **description)
+  checkpoint.save(params, str(run / 'params.npz'),
+                  metadata=metadata_lib.describe_run(**description))
+  metadata_lib.write_metadata(str(run), **description)
   return run, model, params
 
 
@@ -298,7 +304,7 @@ def test_a_renamed_copy_of_an_export_is_the_same_model(fields, tmp_path):
   copy = tmp_path / 'elsewhere' / 'fmnist_vit.npz'
   copy.parent.mkdir()
   copy.write_bytes((run / 'params.npz').read_bytes())
-  original, renamed = features.load_model(str(run)), features.load_model(str(copy))
+  original, renamed = loading.load_model(str(run)), loading.load_model(str(copy))
   assert renamed.assumed == () and renamed.image_size == 28
   assert renamed.class_names == ('a', 'b', 'c')
   for key, value in fields.items():
@@ -316,8 +322,8 @@ def test_the_description_is_invisible_to_npz_readers(tmp_path):
     assert sorted(exported.files) == sorted(plain.files)
     for key in plain.files:
       np.testing.assert_array_equal(exported[key], plain[key])
-  assert checkpoint.embedded_metadata(bare) is None
-  assert checkpoint.embedded_metadata(str(run / 'params.npz'))['model']['posemb'] == 'none'
+  assert metadata_lib.embedded_metadata(bare) is None
+  assert metadata_lib.embedded_metadata(str(run / 'params.npz'))['model']['posemb'] == 'none'
 
 
 def test_a_bare_npz_warns_once_naming_what_it_assumed(tmp_path, caplog):
@@ -325,7 +331,7 @@ def test_a_bare_npz_warns_once_naming_what_it_assumed(tmp_path, caplog):
   run, _, params = _exported_run(tmp_path, posemb='none')
   bare = checkpoint.save(params, str(tmp_path / 'fmnist_vit.npz'))
   with caplog.at_level('WARNING'):
-    loaded = features.load_model(bare)
+    loaded = loading.load_model(bare)
   warnings = [r.getMessage() for r in caplog.records if r.levelname == 'WARNING']
   assert len(warnings) == 1, warnings
   for said in ('posemb sincos2d', 'classifier token', 'dropout_rate 0.0', 'image_size 224',
@@ -333,13 +339,13 @@ def test_a_bare_npz_warns_once_naming_what_it_assumed(tmp_path, caplog):
     assert said in warnings[0], warnings[0]
   assert loaded.config.posemb == 'sincos2d' and loaded.image_size == 224
   # The warning is right to worry: the same weights give other logits than the run's model.
-  at_28 = features.load_model(bare, image_size=28)
-  assert np.abs(_logits(at_28) - _logits(features.load_model(str(run)))).max() > 1e-3
+  at_28 = loading.load_model(bare, image_size=28)
+  assert np.abs(_logits(at_28) - _logits(loading.load_model(str(run)))).max() > 1e-3
   # Stated in <name>.json beside the file (the metadata.json format), nothing is assumed.
   (tmp_path / 'fmnist_vit.json').write_text((run / 'metadata.json').read_text())
   caplog.clear()
   with caplog.at_level('WARNING'):
-    stated = features.load_model(bare)
+    stated = loading.load_model(bare)
   assert not [r for r in caplog.records if r.levelname == 'WARNING']
   assert stated.config.posemb == 'none' and stated.image_size == 28 and stated.assumed == ()
 
@@ -354,13 +360,13 @@ def test_a_stale_json_beside_a_described_copy_is_named_in_one_warning(tmp_path, 
   stale['model']['posemb'] = 'sincos2d'
   (tmp_path / 'model.json').write_text(json.dumps(stale))
   with caplog.at_level('WARNING'):
-    assert checkpoint.read_metadata(str(copy))['model']['posemb'] == 'sincos2d'
+    assert metadata_lib.read_metadata(str(copy))['model']['posemb'] == 'sincos2d'
   warnings = [r.getMessage() for r in caplog.records if r.levelname == 'WARNING']
   assert len(warnings) == 1 and "posemb 'sincos2d' (inside: 'none')" in warnings[0], warnings
   (tmp_path / 'model.json').write_text((run / 'metadata.json').read_text())  # Agrees: silent.
   caplog.clear()
   with caplog.at_level('WARNING'):
-    assert checkpoint.read_metadata(str(copy))['model']['posemb'] == 'none'
+    assert metadata_lib.read_metadata(str(copy))['model']['posemb'] == 'none'
   assert not [r for r in caplog.records if r.levelname == 'WARNING']
 
 

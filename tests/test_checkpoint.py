@@ -15,6 +15,10 @@ from npz_fixtures import images, perturb, published_vit, write_npz
 from vit_jax import checkpoint
 from vit_jax import models
 from vit_jax.checkpoint import CheckpointError
+from vit_jax.checkpoints import surgery
+from vit_jax.checkpoints import store
+from vit_jax import presets
+from vit_jax.checkpoints import npz_format
 
 
 TOKEN = {'classifier': 'token', 'representation_size': None}  # The model_config fields read.
@@ -47,7 +51,7 @@ def logits(model, params, x):
 
 
 def flat_shapes(params):
-  return {k: np.shape(v) for k, v in checkpoint.flatten(params).items()}
+  return {k: np.shape(v) for k, v in npz_format.flatten(params).items()}
 
 
 ROUND_TRIP_MODELS = {
@@ -129,7 +133,7 @@ def test_hand_built_published_npz(hybrid, tmp_path):
   assert ('gn_root/scale' in arrays) == hybrid
   path = write_npz(tmp_path / 'published.npz', arrays)
   loaded = checkpoint.load(path)
-  checkpoint.check_tree(loaded, init(model, size), path)
+  surgery.check_tree(loaded, init(model, size), path)
   jax.tree.map(np.testing.assert_array_equal, loaded, linen)
   x = images(2, *size)
   want = logits(model, linen, x)
@@ -235,16 +239,16 @@ def test_load_pretrained_non_square_needs_grid_shape(tmp_path):
 def test_resize_posemb_gap_and_identity():
   rng = np.random.default_rng(0)
   pe = rng.standard_normal((1, 16, 8)).astype(np.float32)  # gap: no class row
-  np.testing.assert_array_equal(checkpoint.resize_posemb(pe, (4, 4), num_prefix_tokens=0), pe)
+  np.testing.assert_array_equal(surgery.resize_posemb(pe, (4, 4), num_prefix_tokens=0), pe)
   pe_cls = rng.standard_normal((1, 17, 8)).astype(np.float32)
   np.testing.assert_array_equal(
-      checkpoint.resize_posemb(pe_cls, (4, 4), num_prefix_tokens=1), pe_cls)
-  out = checkpoint.resize_posemb(pe, (6, 2), num_prefix_tokens=0)
+      surgery.resize_posemb(pe_cls, (4, 4), num_prefix_tokens=1), pe_cls)
+  out = surgery.resize_posemb(pe, (6, 2), num_prefix_tokens=0)
   want = scipy.ndimage.zoom(pe[0].reshape(4, 4, 8), (6 / 4, 2 / 4, 1), order=1)
   np.testing.assert_allclose(out, want.reshape(1, 12, 8), atol=1e-5)
   # A non-square old grid has to be named.
   pe_rect = rng.standard_normal((1, 1 + 12, 8)).astype(np.float32)
-  out = checkpoint.resize_posemb(pe_rect, (6, 8), num_prefix_tokens=1, old_grid=(3, 4))
+  out = surgery.resize_posemb(pe_rect, (6, 8), num_prefix_tokens=1, old_grid=(3, 4))
   np.testing.assert_allclose(out, _zoom_reference(pe_rect, (3, 4), (6, 8)), atol=1e-5)
 
 
@@ -260,7 +264,7 @@ def test_resize_posemb_linear_ramp_stays_linear():
 
   cls = np.full((1, 1, d), 42., np.float32)
   pe = np.concatenate([cls, ramp(oh, ow)], axis=1).astype(np.float32)
-  out = checkpoint.resize_posemb(pe, (nh, nw), num_prefix_tokens=1)
+  out = surgery.resize_posemb(pe, (nh, nw), num_prefix_tokens=1)
   assert out.shape == (1, 1 + nh * nw, d)
   np.testing.assert_array_equal(out[:, :1], cls)
   np.testing.assert_allclose(out[:, 1:], ramp(nh, nw), atol=1e-5)
@@ -384,16 +388,16 @@ def test_gs_path_downloads_once_into_cache(fake_remote, tmp_path):
 
 def test_cache_dir_from_environment(fake_remote, tmp_path, monkeypatch):
   monkeypatch.setenv('VIT_JAX_CHECKPOINTS', str(tmp_path / 'env_cache'))
-  assert checkpoint.default_cache_dir() == str(tmp_path / 'env_cache')
+  assert store.default_cache_dir() == str(tmp_path / 'env_cache')
   checkpoint.load('https://example.com/models/x.npz')
   assert fake_remote['calls'] == ['https://example.com/models/x.npz']
   assert (tmp_path / 'env_cache' / 'example.com' / 'models' / 'x.npz').is_file()
 
 
 def test_published_dirs():
-  assert checkpoint.PUBLISHED_DIRS['imagenet21k'] == 'gs://vit_models/imagenet21k'
-  assert checkpoint.PUBLISHED_DIRS['augreg'] == 'gs://vit_models/augreg'
-  assert checkpoint.cache_path('gs://mixer_models/imagenet1k/Mixer-B_16.npz', '/c') == (
+  assert presets.PUBLISHED_DIRS['imagenet21k'] == 'gs://vit_models/imagenet21k'
+  assert presets.PUBLISHED_DIRS['augreg'] == 'gs://vit_models/augreg'
+  assert store.cache_path('gs://mixer_models/imagenet1k/Mixer-B_16.npz', '/c') == (
       '/c/mixer_models/imagenet1k/Mixer-B_16.npz')
 
 
@@ -428,7 +432,7 @@ def test_best_augreg_filename_reads_the_index(tmp_path):
       'B/16,i21k,0.47,B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0\n'
       'B/16,i1k,0.90,B_16-i1k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.1-sd_0.1\n'
       'S/16,i21k,0.99,S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0\n')
-  assert checkpoint.best_augreg_filename('B_16', str(tmp_path)) == (
+  assert store.best_augreg_filename('B_16', str(tmp_path)) == (
       'B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0')
   with pytest.raises(CheckpointError, match='No i21k AugReg checkpoint'):
-    checkpoint.best_augreg_filename('L_16', str(tmp_path))
+    store.best_augreg_filename('L_16', str(tmp_path))

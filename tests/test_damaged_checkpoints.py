@@ -6,8 +6,8 @@ import os
 import numpy as np
 import pytest
 
-from vit_jax import checkpoint
 from vit_jax import train
+from vit_jax.checkpoints import npz_format
 from test_train import crash_at, final_params, make_config
 
 
@@ -58,7 +58,7 @@ def test_damaged_newest_checkpoint_resumes_from_the_previous_one(tmp_path, caplo
   assert any('Not saving step 6' in r.getMessage() for r in caplog.records)
   assert sorted(os.listdir(checkpoints), key=int) == ['4', '6', '8']
   assert snapshot(os.path.join(checkpoints, '6')) == damaged
-  ours, theirs = (checkpoint.flatten(final_params(d)) for d in (workdir, straight))
+  ours, theirs = (npz_format.flatten(final_params(d)) for d in (workdir, straight))
   assert ours.keys() == theirs.keys()
   for key in ours:  # Resume is exact: bit-identical to the run that was never interrupted.
     np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)

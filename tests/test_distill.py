@@ -19,6 +19,7 @@ from vit_jax import models
 from vit_jax.training import optim
 from vit_jax.training import parallel
 from vit_jax import train
+from vit_jax.checkpoints import npz_format
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -183,7 +184,7 @@ def test_distilled_run_resumes_bit_exactly_after_sigkill(tmp_path, kind='hard'):
   for workdir in (killed, straight):  # Resume the killed run; run another one straight through.
     proc = run_distilled(workdir, teacher, kind, kill=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-  resumed, reference = checkpoint.flatten(final_params(killed)), checkpoint.flatten(
+  resumed, reference = npz_format.flatten(final_params(killed)), npz_format.flatten(
       final_params(straight))
   assert resumed.keys() == reference.keys()
   for key in reference:

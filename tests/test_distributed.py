@@ -26,6 +26,7 @@ from vit_jax import models
 from vit_jax.training import optim
 from vit_jax.training import parallel
 from vit_jax import train
+from vit_jax.checkpoints import npz_format
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -209,8 +210,8 @@ def test_two_processes_equal_one_after_sigterm_to_one_and_a_damaged_checkpoint(t
   finish([launch(config_path, single_dir, devices=4)])
   single = checkpoint.load(os.path.join(single_dir, 'params.npz'))
   multi = checkpoint.load(os.path.join(multi_dir, 'params.npz'))
-  for key, value in checkpoint.flatten(single).items():
-    np.testing.assert_allclose(checkpoint.flatten(multi)[key], value, atol=1e-5, err_msg=key)
+  for key, value in npz_format.flatten(single).items():
+    np.testing.assert_allclose(npz_format.flatten(multi)[key], value, atol=1e-5, err_msg=key)
 
   # Only process 0 wrote logs, metrics and the export (one events file per run of process 0).
   written = sorted(os.listdir(multi_dir))

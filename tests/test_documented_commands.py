@@ -36,6 +36,8 @@ from vit_jax import checkpoint
 from vit_jax import config_lib
 from vit_jax import models
 from vit_jax.data import folder_source
+from vit_jax.checkpoints import timm_export
+from vit_jax.checkpoints import store
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMAND = re.compile(r'python -m (?:vit_jax|research)\.\w+')
@@ -207,10 +209,10 @@ def place_pretrained(command, work):
     if 'model' not in stage or not stage.get('pretrained_path') and not stage.get(
         'pretrained_dir'):
       continue
-    path = checkpoint.pretrained_path(stage)
+    path = store.pretrained_path(stage)
     if path is None:
       continue
-    local = checkpoint.cache_path(path, str(work / 'cache')) if checkpoint.is_remote(path) else path
+    local = store.cache_path(path, str(work / 'cache')) if store.is_remote(path) else path
     os.makedirs(os.path.dirname(local), exist_ok=True)
     if models.is_swin(stage.model) and not local.endswith('.npz'):  # timm's hub folder.
       write_timm_folder(local, swin_model=stage.model, image_size=stage.pp.crop)
@@ -227,7 +229,6 @@ def write_timm_folder(folder, swin_model=None, image_size=None):
   """
   from safetensors.numpy import save_file
   from vit_jax import presets
-  from vit_jax.checkpoints import timm_format
   if swin_model is not None:
     os.makedirs(folder, exist_ok=True)
     save_file(timm_swin_state_dict(swin_model, 10, image_size),
@@ -249,7 +250,7 @@ def write_timm_folder(folder, swin_model=None, image_size=None):
   size = 2 * config['patches']['size'][0]
   model = models.get_model(config, num_classes=0)
   params = model.init(jax.random.key(0), jnp.zeros((1, size, size, 3)), train=False)['params']
-  timm_format.export(jax.device_get(params), config, folder, num_classes=0, image_size=size)
+  timm_export.export(jax.device_get(params), config, folder, num_classes=0, image_size=size)
 
 
 def place_published(command, work):
@@ -257,10 +258,10 @@ def place_published(command, work):
   match = re.search(r'--checkpoint=(\S+)', command)
   if not match or os.path.exists(work / match[1]) or match[1].startswith('runs/'):
     return
-  path = checkpoint.resolve_name(match[1])
-  if checkpoint.is_remote(path):
+  path = store.resolve_name(match[1])
+  if store.is_remote(path):
     model = config_lib.finetune_config('ViT-B_16', 'cifar10', runlocal=True).model
-    write_npz(model, checkpoint.cache_path(path, str(work / 'cache')), 1000, 32)
+    write_npz(model, store.cache_path(path, str(work / 'cache')), 1000, 32)
 
 
 def run(command, work, timeout=600):

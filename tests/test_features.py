@@ -18,6 +18,8 @@ from vit_jax.data import folder_source
 from vit_jax.data import image_ops
 from vit_jax.tools import features
 from vit_jax import models
+from vit_jax.checkpoints import store
+from vit_jax.checkpoints import loading
 
 
 def write_checkpoint(path, *, num_classes=10, image_size=32, zero_head=False, seed=0,
@@ -118,13 +120,13 @@ def test_read_image_errors(tmp_path):
 
 def test_load_model_reads_classes_and_size(saved):
   path, params = saved
-  loaded = features.load_model(path, 'testing')
+  loaded = loading.load_model(path, 'testing')
   assert (loaded.num_classes, loaded.image_size, loaded.head_is_zero) == (10, 32, False)
   np.testing.assert_array_equal(loaded.params['head']['kernel'], params['head']['kernel'])
 
 
 def test_load_model_resizes_posemb_for_other_size(saved):
-  loaded = features.load_model(saved[0], 'testing', image_size=64)
+  loaded = loading.load_model(saved[0], 'testing', image_size=64)
   assert loaded.params['Transformer']['posembed_input']['pos_embedding'].shape == (1, 17, 10)
   out = loaded.model.apply({'params': loaded.params}, np.zeros((1, 64, 64, 3)), train=False)
   assert out.shape == (1, 10)
@@ -132,39 +134,39 @@ def test_load_model_resizes_posemb_for_other_size(saved):
 
 def test_load_model_errors(saved, tmp_path):
   with pytest.raises(checkpoint.CheckpointError, match='--model') as e:
-    features.load_model(saved[0], 'ViT-Ti_16')
+    loading.load_model(saved[0], 'ViT-Ti_16')
   assert len(str(e.value)) < 300 and 'hidden size 10 in the file, 192 in ViT-Ti_16' in str(e.value)
   with pytest.raises(ValueError, match='Unknown model'):
-    features.load_model(saved[0], 'ViT-Q_99')
+    loading.load_model(saved[0], 'ViT-Q_99')
   with pytest.raises(checkpoint.CheckpointError, match='Could not find checkpoint'):
-    features.load_model(str(tmp_path / 'nope.npz'), 'testing')
+    loading.load_model(str(tmp_path / 'nope.npz'), 'testing')
 
 
 def test_load_model_without_model_reads_the_file(saved, tmp_path):
   path, params = saved
   anonymous = tmp_path / 'x.npz'
   anonymous.write_bytes(open(path, 'rb').read())
-  loaded = features.load_model(str(anonymous))
+  loaded = loading.load_model(str(anonymous))
   assert loaded.config.model_name == 'testing' and loaded.image_size == 32
   np.testing.assert_array_equal(loaded.params['head']['kernel'], params['head']['kernel'])
 
 
 def test_checkpoint_names_resolve(tmp_path):
-  assert checkpoint.resolve_name('ViT-B_16') == (
+  assert store.resolve_name('ViT-B_16') == (
       'gs://vit_models/imagenet21k+imagenet2012/ViT-B_16.npz')
-  assert checkpoint.resolve_name('imagenet21k/ViT-L_16') == (
+  assert store.resolve_name('imagenet21k/ViT-L_16') == (
       'gs://vit_models/imagenet21k/ViT-L_16.npz')
-  assert checkpoint.resolve_name('augreg/S_16-i21k-300ep') == (
+  assert store.resolve_name('augreg/S_16-i21k-300ep') == (
       'gs://vit_models/augreg/S_16-i21k-300ep.npz')
   (tmp_path / 'params.npz').write_bytes(b'')
-  assert checkpoint.resolve_name(str(tmp_path)) == str(tmp_path / 'params.npz')
+  assert store.resolve_name(str(tmp_path)) == str(tmp_path / 'params.npz')
   (tmp_path / 'empty_run').mkdir()
   with pytest.raises(checkpoint.CheckpointError, match='has no params.npz'):
-    checkpoint.resolve_name(str(tmp_path / 'empty_run'))
+    store.resolve_name(str(tmp_path / 'empty_run'))
 
 
 def test_features_come_from_the_same_forward_pass(saved):
-  loaded = features.load_model(saved[0], 'testing')
+  loaded = loading.load_model(saved[0], 'testing')
   x = np.random.default_rng(0).uniform(-1, 1, (3, 32, 32, 3)).astype(np.float32)
   f = features.extract_features(loaded.model, loaded.params, x)
   plain = loaded.model.apply({'params': loaded.params}, x, train=False)
@@ -181,7 +183,7 @@ def test_features_come_from_the_same_forward_pass(saved):
 
 
 def test_attention_weights_match_a_manual_computation(saved):
-  loaded = features.load_model(saved[0], 'testing')
+  loaded = loading.load_model(saved[0], 'testing')
   x = np.random.default_rng(1).uniform(-1, 1, (2, 32, 32, 3)).astype(np.float32)
   f = features.extract_features(loaded.model, loaded.params, x)
   p = loaded.params

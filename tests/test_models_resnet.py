@@ -13,6 +13,7 @@ from vit_jax import checkpoint
 from vit_jax import models
 from vit_jax import models_resnet
 from vit_jax import ops
+from vit_jax.checkpoints import loading
 
 
 def _random(shape, seed=0, loc=0.):
@@ -202,9 +203,9 @@ def test_resnet_trains_exports_predicts_and_teaches_a_vit(tmp_path, capsys):
   assert cli.call(predict, ['predict', f'--checkpoint={npz}', '--model=ResNet-11_28px',
                             '--image_size=32', '--json', str(image)]) == 0
   top = json.loads(capsys.readouterr().out)['results'][0]['predictions']
-  from vit_jax.tools import features
-  loaded = features.load_model(npz, 'ResNet-11_28px', 32)
-  logits = loaded.model.apply({'params': loaded.params}, loaded.load_images([str(image)]),
+  from vit_jax.data import image_ops
+  loaded = loading.load_model(npz, 'ResNet-11_28px', 32)
+  logits = loaded.model.apply({'params': loaded.params}, image_ops.load_images([str(image)], 32),
                               train=False)[0]
   probs = np.asarray(jax.nn.softmax(logits))
   # After 3 steps the classes are nearly tied: compare the probabilities of the listed classes.

@@ -14,8 +14,8 @@ from vit_jax import config_lib
 from vit_jax.data import folder_source
 from vit_jax.data import image_ops
 from vit_jax.tools import cli
-from vit_jax.tools import features
 from vit_jax.tools import predict
+from vit_jax.checkpoints import loading
 
 
 @pytest.fixture(scope='module')
@@ -72,7 +72,7 @@ def test_text_output_matches_the_model(setup, capsys):
   assert rc == 0
   lines = out.splitlines()
   assert lines[::4] == images  # Sorted folder listing, 1 path line + 3 label lines each.
-  loaded = features.load_model(ckpt, 'testing')
+  loaded = loading.load_model(ckpt, 'testing')
   logits = loaded.model.apply({'params': loaded.params},
                               image_ops.load_images(images, 32), train=False)
   best = predict.load_labels('cifar10', 10)[int(np.argmax(logits[0]))]
@@ -164,7 +164,7 @@ def test_predictions_agree_with_the_eval_pipeline(setup, tmp_path, capsys):
   config = config_lib.get_config()
   config.update(dict(dataset=str(tmp_path / 'data'), batch_eval=4,
                      pp=dict(train='train', test='test', crop=32)))
-  loaded = features.load_model(ckpt, 'testing')
+  loaded = loading.load_model(ckpt, 'testing')
   logits = np.concatenate([
       np.asarray(loaded.model.apply({'params': loaded.params}, b['image'], train=False))[
           b['mask'] > 0] for b in input_pipeline.get_eval_data(config).batches()])
@@ -192,7 +192,7 @@ def test_model_outside_the_presets_from_a_py_file(tmp_path, setup, capsys):
   model_py.write_text('from vit_jax import config_lib\n\n\ndef get_config():\n  return '
                       "config_lib.small_vit('ViT-tiny_8', patch=8, hidden=16, layers=1, mlp=32, "
                       'heads=2)\n')
-  loaded = features.load_model(str(ckpt), str(model_py))
+  loaded = loading.load_model(str(ckpt), str(model_py))
   assert loaded.image_size == 24 and loaded.config.model_name == 'ViT-tiny_8'
   rc, out, _ = _run(capsys, f'--checkpoint={ckpt}', f'--model={model_py}', '--json',
                     '--labels=fashion_mnist', setup[2][0])
@@ -205,7 +205,7 @@ def test_model_outside_the_presets_from_a_py_file(tmp_path, setup, capsys):
   exp_py.write_text(model_py.read_text().replace(
       'def get_config():\n  return ', 'def get_config():\n  c = config_lib.get_config()\n'
       '  c.model = ') + '  return c\n')
-  assert features.load_model(str(ckpt), str(exp_py)).config.hidden_size == 16
+  assert loading.load_model(str(ckpt), str(exp_py)).config.hidden_size == 16
   (tmp_path / 'broken.py').write_text('def get_config():\n  raise KeyError("x")\n')
   (tmp_path / 'wrong.py').write_text('def get_config():\n  return {"a": 1}\n')
   for name, message in (('missing.py', 'Could not find model config file'),

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from vit_jax import checkpoint
 from vit_jax import config_lib
 from vit_jax.training import parallel
 from vit_jax import train
+from vit_jax.checkpoints import npz_format
 from test_train import crash_at, final_params, make_config
 
 
@@ -124,7 +124,7 @@ def test_checkpoint_written_on_4_devices_resumes_on_2(tmp_path, resumed_as):
   assert not damaged and int(state['step']) == 4 and kernel.sharding.mesh.devices.size == 2
   assert kernel.sharding.spec == (P('data', None) if resumed_as == 'fsdp' else P())
   assert run_on(2, resumed, workdir)['step'] == 6
-  ours, theirs = (checkpoint.flatten(final_params(d)) for d in (workdir, straight))
+  ours, theirs = (npz_format.flatten(final_params(d)) for d in (workdir, straight))
   for key in theirs:  # Another device count sums in another order: float noise only.
     np.testing.assert_allclose(ours[key], theirs[key], rtol=1e-5, atol=1e-6, err_msg=key)
 
@@ -146,6 +146,6 @@ def test_two_processes_fsdp_checkpoint_and_export(tmp_path):
   written = sorted(os.listdir(os.path.join(multi_dir, 'checkpoints')))
   assert written == ['2', '4'], outputs[0][-2000:]
   finish([launch(config_path, single_dir, devices=4)])
-  multi = checkpoint.flatten(final_params(multi_dir))
-  for key, value in checkpoint.flatten(final_params(single_dir)).items():
+  multi = npz_format.flatten(final_params(multi_dir))
+  for key, value in npz_format.flatten(final_params(single_dir)).items():
     np.testing.assert_allclose(multi[key], value, atol=1e-5, err_msg=key)

@@ -22,7 +22,6 @@ from PIL import Image
 from vit_jax import checkpoint
 from vit_jax import config_lib
 from vit_jax.tools import cli
-from vit_jax.tools import features
 from vit_jax import models
 from vit_jax import models_swin
 from vit_jax.training import parallel
@@ -30,6 +29,9 @@ from vit_jax.tools import predict
 from vit_jax.checkpoints import swin_timm
 from vit_jax.checkpoints import timm_format
 from vit_jax import train
+from vit_jax.checkpoints import surgery
+from vit_jax.checkpoints import npz_format
+from vit_jax.checkpoints import loading
 
 # Swin-testing's fields as timm keyword arguments (timm's SwinTransformer accepts them all).
 TINY = dict(patch_size=4, embed_dim=16, depths=(2, 2), num_heads=(2, 4), window_size=4)
@@ -114,7 +116,7 @@ def random_images(n, size, seed=0):
 
 
 def convert_folder(folder):
-  """The folder through the one timm-format reader: a `timm_format.Converted`."""
+  """The folder through the one timm-format reader: a `timm_files.Converted`."""
   return timm_format.load(str(folder))
 
 
@@ -248,7 +250,7 @@ def test_new_window_at_finetuning_gives_timms_logits(tiny_hub):
   tables = [list(fitted[f'layers_{s}_blocks_{b}']['attn']['relative_position_bias_table'].shape)
             for s in range(2) for b in range(2)]
   assert tables == facts['resized_tables'] == [[121, 2]] * 2 + [[121, 4]] * 2
-  checkpoint.check_tree(fitted, like, 'fitted')
+  surgery.check_tree(fitted, like, 'fitted')
   np.testing.assert_allclose(apply(model, fitted, timm_input(x)), tiny_hub['logits_resized'],
                              atol=5e-5)
 
@@ -278,7 +280,7 @@ def test_official_layout_and_detection():
 def test_hub_folder_predicts_with_no_model_flag(tmp_path, tiny_hub, capsys, monkeypatch):
   """The user's path: `predict --checkpoint=<timm hub folder>` reads the model from the file."""
   x, theirs = tiny_hub['images'], tiny_hub['logits']
-  loaded = features.load_model(str(tiny_hub['folder']))
+  loaded = loading.load_model(str(tiny_hub['folder']))
   assert loaded.config.model_name == 'Swin-testing' and loaded.num_classes == 5
   assert loaded.image_size == 32
   assert (loaded.mean, loaded.std) == (swin_timm.IMAGENET_MEAN, swin_timm.IMAGENET_STD)
@@ -299,13 +301,13 @@ def test_hub_folder_predicts_with_no_model_flag(tmp_path, tiny_hub, capsys, monk
   bare = tmp_path / 'bare'
   bare.mkdir()
   os.link(tiny_hub['folder'] / 'model.safetensors', bare / 'weights.safetensors')
-  loaded = features.load_model(str(bare / 'weights.safetensors'))
+  loaded = loading.load_model(str(bare / 'weights.safetensors'))
   assert any('timm\'s Swin default' in a for a in loaded.assumed)
   np.testing.assert_allclose(apply(loaded.model, loaded.params, timm_input(x)), theirs,
                              atol=5e-5)
   # And a hub name, through huggingface_hub's cache with networking off.
   _place_in_hub_cache(tmp_path / 'hf', 'tiny_swin', tiny_hub['folder'], monkeypatch)
-  loaded = features.load_model('hf-hub:timm/tiny_swin')
+  loaded = loading.load_model('hf-hub:timm/tiny_swin')
   assert loaded.config.model_name == 'Swin-testing'
   np.testing.assert_allclose(apply(loaded.model, loaded.params, timm_input(x)), theirs,
                              atol=5e-5)
@@ -332,10 +334,10 @@ def test_not_a_swin_safetensors_is_one_clear_line(tmp_path):
   save_file({'blocks.0.attn.qkv.weight': np.zeros((6, 2), np.float32)},
             str(tmp_path / 'model.safetensors'))
   with pytest.raises(checkpoint.CheckpointError, match='is not supported: it needs parameters'):
-    features.load_model(str(tmp_path))
+    loading.load_model(str(tmp_path))
   (tmp_path / 'cut.safetensors').write_bytes(b'\x10\x00\x00')
   with pytest.raises(checkpoint.CheckpointError, match='not a readable safetensors'):
-    features.load_model(str(tmp_path / 'cut.safetensors'))
+    loading.load_model(str(tmp_path / 'cut.safetensors'))
   # Swin v1 has its converter; Swin v2 (no bias table, a position MLP) is named as missing.
   reason = timm_format.unsupported_reason(
       {'layers.0.blocks.0.attn.cpb_mlp.0.weight': None, 'layers.0.blocks.0.attn.logit_scale':
@@ -362,7 +364,7 @@ def test_two_step_training_run_and_its_export_predicts(tmp_path, mock_cifar10):
   result = train.train_and_evaluate(make_config(), str(workdir))
   assert result['step'] == 2 and result['num_examples'] == 10
   assert np.isfinite(result['loss'])
-  loaded = features.load_model(str(workdir))  # No --model: the run's metadata + shapes.
+  loaded = loading.load_model(str(workdir))  # No --model: the run's metadata + shapes.
   assert loaded.config.model_name == 'Swin-testing' and loaded.image_size == 32
   init = checkpoint.load(str(workdir / 'params.npz'))
   assert init['head']['kernel'].any()  # The zero-init head trained.
@@ -378,8 +380,8 @@ def test_killed_run_resumes_to_identical_params(tmp_path, mock_cifar10):
     train.train_and_evaluate(config, workdir)
   assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2']
   assert train.train_and_evaluate(config, workdir)['step'] == 4
-  a = checkpoint.flatten(checkpoint.load(os.path.join(workdir, 'params.npz')))
-  b = checkpoint.flatten(checkpoint.load(str(tmp_path / 'straight' / 'params.npz')))
+  a = npz_format.flatten(checkpoint.load(os.path.join(workdir, 'params.npz')))
+  b = npz_format.flatten(checkpoint.load(str(tmp_path / 'straight' / 'params.npz')))
   assert a.keys() == b.keys()
   for key in a:
     np.testing.assert_array_equal(a[key], b[key], err_msg=key)  # Bit-identical.
@@ -406,10 +408,10 @@ def test_finetune_from_a_timm_hub_folder(tmp_path, mock_cifar10, tiny_hub):
   config = make_config(pretrained_path=str(folder), base_lr=0., weight_decay=0., optim='adamw')
   train.train_and_evaluate(config, str(workdir))
   # Trained on timm's ImageNet normalisation (config.json's), and the run says so to predict.
-  run = features.load_model(str(workdir))
+  run = loading.load_model(str(workdir))
   assert (run.mean, run.std) == (swin_timm.IMAGENET_MEAN, swin_timm.IMAGENET_STD)
   params = checkpoint.load(str(workdir / 'params.npz'))
   assert params['head']['kernel'].shape == (32, 10)  # CIFAR-10's new head (zero-init).
   del converted['head']
-  for key, value in checkpoint.flatten(converted).items():  # lr 0: the loaded weights stay.
-    np.testing.assert_array_equal(checkpoint.flatten(params)[key], value, err_msg=key)
+  for key, value in npz_format.flatten(converted).items():  # lr 0: the loaded weights stay.
+    np.testing.assert_array_equal(npz_format.flatten(params)[key], value, err_msg=key)

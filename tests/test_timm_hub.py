@@ -16,10 +16,12 @@ import pytest
 
 from vit_jax import checkpoint
 from vit_jax.tools import cli
-from vit_jax.tools import features
 from vit_jax import models
-from vit_jax.checkpoints import timm_format
+from vit_jax.checkpoints import timm_export
+from vit_jax.checkpoints import metadata as metadata_lib
+from vit_jax.checkpoints import loading
 from vit_jax.data import image_ops
+from vit_jax import presets
 
 torch = pytest.importorskip('torch')
 timm = pytest.importorskip('timm')
@@ -61,7 +63,7 @@ def timm_logits(model, images_nhwc: np.ndarray) -> np.ndarray:
     return model(torch.from_numpy(images_nhwc.transpose(0, 3, 1, 2).copy())).numpy()
 
 
-def jax_logits(loaded: features.LoadedModel, images: np.ndarray, **overrides) -> np.ndarray:
+def jax_logits(loaded: loading.LoadedModel, images: np.ndarray, **overrides) -> np.ndarray:
   model = models.get_model(loaded.config, num_classes=loaded.num_classes, **overrides)
   return np.asarray(model.apply({'params': loaded.params}, jnp.asarray(images), train=False))
 
@@ -76,7 +78,7 @@ def test_family_logits_match_timm_both_ways(family, tmp_path):
   export it back: timm loads the folder with equal logits."""
   net = timm_model(family)
   folder = save_hub_folder(net, tmp_path / 'hub')
-  loaded = features.load_model(folder)
+  loaded = loading.load_model(folder)
   size = loaded.image_size
   assert size == 2 * FAMILIES[family][2]
   x = _images(size)
@@ -88,7 +90,7 @@ def test_family_logits_match_timm_both_ways(family, tmp_path):
   assert diff < 2e-5 * max(1., np.abs(want).max()), (diff, family)
   assert gap > 30 * diff, (gap, diff)
 
-  out = timm_format.export(loaded.params, loaded.config.to_dict(), str(tmp_path / 'export'),
+  out = timm_export.export(loaded.params, loaded.config.to_dict(), str(tmp_path / 'export'),
                            num_classes=loaded.num_classes, image_size=size,
                            mean=loaded.mean, std=loaded.std)
   with open(os.path.join(out, 'config.json')) as f:
@@ -109,7 +111,7 @@ def test_bare_safetensors_reads_architecture_from_shapes(tmp_path, caplog):
   bare = tmp_path / 'bare' / 'weights.safetensors'
   bare.parent.mkdir()
   shutil.copy(os.path.join(folder, 'model.safetensors'), bare)
-  loaded = features.load_model(str(bare))
+  loaded = loading.load_model(str(bare))
   assert loaded.config.no_embed_class and loaded.config.layer_scale > 0
   assert any('activation gelu' in a for a in loaded.assumed)
   assert any('num_heads 2' in a for a in loaded.assumed)
@@ -121,7 +123,7 @@ def test_broken_safetensors_is_not_called_npz(tmp_path):
   path = tmp_path / 'model.safetensors'
   path.write_bytes(b'\x10\x00\x00\x00\x00\x00\x00\x00{"a": 1')
   with pytest.raises(checkpoint.CheckpointError) as e:
-    features.load_model(str(path))
+    loading.load_model(str(path))
   assert 'safetensors' in str(e.value) and 'truncated or corrupt' not in str(e.value)
 
 
@@ -141,17 +143,17 @@ def test_hub_name_through_offline_cache(tmp_path, monkeypatch):
   import huggingface_hub.constants
   monkeypatch.setattr(huggingface_hub.constants, 'HF_HUB_CACHE', str(tmp_path / 'hf' / 'hub'))
   monkeypatch.setattr(huggingface_hub.constants, 'HF_HUB_OFFLINE', True)
-  loaded = features.load_model('hf-hub:timm/tiny_dinov2_reg4')
+  loaded = loading.load_model('hf-hub:timm/tiny_dinov2_reg4')
   x = _images(28)
   np.testing.assert_allclose(jax_logits(loaded, x), timm_logits(net, x), atol=2e-5)
   with pytest.raises(checkpoint.CheckpointError, match='hub repository timm/not_cached'):
-    features.load_model('hf-hub:timm/not_cached')
+    loading.load_model('hf-hub:timm/not_cached')
 
 
 def test_posemb_fitted_to_another_size(tmp_path):
   """A DINOv2 folder at another input size: position embeddings fitted (the model runs)."""
   folder = save_hub_folder(timm_model('dinov2'), tmp_path / 'hub')
-  loaded = features.load_model(folder, image_size=56)
+  loaded = loading.load_model(folder, image_size=56)
   shape = loaded.params['Transformer']['posembed_input']['pos_embedding'].shape
   assert shape == (1, 1 + 16, 32)
   assert jax_logits(loaded, _images(56)).shape == (2, 5)
@@ -166,7 +168,7 @@ def test_unsupported_models_one_line(name, kwargs, what, tmp_path):
                           img_size=28 if 'patch14' in name else 32, **kwargs)
   folder = save_hub_folder(net, tmp_path / 'hub')
   with pytest.raises(checkpoint.CheckpointError) as e:
-    features.load_model(folder)
+    loading.load_model(folder)
   assert what in str(e.value) and '\n' not in str(e.value), str(e.value)
 
 
@@ -247,7 +249,7 @@ def test_finetune_from_a_hub_folder(tmp_path):
   assert result['step'] == 2 and result['num_examples'] == 9
   with open(os.path.join(workdir, 'metadata.json')) as f:
     assert json.load(f)['model']['num_registers'] == 4
-  run = features.load_model(workdir)
+  run = loading.load_model(workdir)
   assert run.image_size == 56 and run.num_classes == 3 and run.config.no_embed_class
   check_run_normalization(workdir, folder, config, tmp_path)
 
@@ -263,7 +265,7 @@ def check_run_normalization(workdir, folder, config, tmp_path):
   with open(os.path.join(folder, 'config.json')) as f:
     cfg = json.load(f)['pretrained_cfg']
   mean, std = tuple(cfg['mean']), tuple(cfg['std'])
-  assert mean != timm_format.OFFICIAL_MEAN  # DINOv2: ImageNet's.
+  assert mean != presets.OFFICIAL_MEAN  # DINOv2: ImageNet's.
   normalised = train.with_checkpoint_normalization(train.with_checkpoint_model(config), workdir)
   assert (tuple(normalised.pp.mean), tuple(normalised.pp.std)) == (mean, std)
   # Recorded in the run: a resume decides the same even when the pretrained folder is gone.
@@ -286,9 +288,9 @@ def check_run_normalization(workdir, folder, config, tmp_path):
   with open(os.path.join(workdir, 'metadata.json')) as f:
     preprocessing = json.load(f)['preprocessing']
   assert (tuple(preprocessing['mean']), tuple(preprocessing['std'])) == (mean, std)
-  embedded = checkpoint.embedded_metadata(os.path.join(workdir, 'params.npz'))
+  embedded = metadata_lib.embedded_metadata(os.path.join(workdir, 'params.npz'))
   assert tuple(embedded['preprocessing']['mean']) == mean
-  run = features.load_model(workdir)  # What predict and analyze apply to a file.
+  run = loading.load_model(workdir)  # What predict and analyze apply to a file.
   assert (run.mean, run.std) == (mean, std)
   out = tmp_path / 'exported'
   assert cli.call(export_timm, ['export_timm', f'--checkpoint={workdir}', f'--out={out}']) == 0

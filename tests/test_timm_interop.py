@@ -1,7 +1,7 @@
 """timm (PyTorch, CPU) reads the .npz files `checkpoint.save` writes and computes the same logits.
 
-The timm model is derived from the file alone (`checkpoint.architecture` →
-`checkpoint.timm_model_args`), never named by hand.
+The timm model is derived from the file alone (`architecture.architecture` →
+`timm_model_args` below), never named by hand.
 
 timm is an independent implementation of the published format and of the models, so this pins
 both our file layout (pre-Linen names, (1, 1, 1, C) GroupNorm) and our numerics.
@@ -13,6 +13,7 @@ test modules import, crashes the interpreter with a segmentation fault.
 import json
 import subprocess
 import sys
+from typing import Any, Dict, Tuple
 
 import jax
 import numpy as np
@@ -21,6 +22,10 @@ import pytest
 from npz_fixtures import images, perturb
 from vit_jax import checkpoint
 from vit_jax import models
+from vit_jax import presets
+from vit_jax.checkpoints import npz_format
+from vit_jax.checkpoints import metadata as metadata_lib
+from vit_jax.checkpoints import architecture
 
 NUM_CLASSES = 7
 
@@ -35,7 +40,7 @@ except ImportError as e:
   sys.exit(0)
 spec = json.loads(sys.argv[1])
 torch.set_num_threads(2)
-# kwargs from checkpoint.timm_model_args (incl. act_layer='gelu_tanh': timm defaults to the
+# kwargs from timm_model_args (incl. act_layer='gelu_tanh': timm defaults to the
 # exact erf GELU, the official models use the tanh approximation).
 model = timm.create_model(spec['name'], pretrained=False, **spec['kwargs'])
 model.load_pretrained(spec['npz'])
@@ -51,6 +56,50 @@ print(json.dumps({
 '''
 
 
+# timm models of the official hybrids (their ResNet stems are not built from keyword arguments).
+_TIMM_HYBRIDS = {'R+ViT-Ti_16': 'vit_tiny_r_s16_p8_224', 'R50+ViT-B_16': 'vit_base_r50_s16_224',
+                 'R26+ViT-S_32': 'vit_small_r26_s32_224', 'R26+ViT-B_32': 'vit_base_r26_s32_224',
+                 'R50+ViT-L_32': 'vit_large_r50_s32_224'}
+
+
+def timm_model_args(arch: architecture.Architecture) -> Tuple[str, Dict[str, Any]]:
+  """(name, kwargs) for `timm.create_model(name, **kwargs)` to rebuild `arch` in PyTorch.
+
+  timm's own `load_pretrained(npz)` then reads the file. Plain ViTs of any shape are timm's
+  ViT-B/16 entry with every width overridden; hybrids must be official presets. Only these
+  tests need it (vit_jax writes timm hub folders instead: `checkpoints.timm_export`).
+
+  Raises:
+    CheckpointError: for what timm's npz loader cannot represent (pre_logits, Mixer,
+      non-learned position embeddings, unpooled classifiers, custom hybrids).
+  """
+  config = arch.config
+  kwargs: Dict[str, Any] = dict(num_classes=arch.num_classes, act_layer='gelu_tanh')
+  if arch.image_size:
+    kwargs['img_size'] = arch.image_size
+  problem = ('Mixer' if presets.is_mixer(config) else
+             'Swin (timm reads its own .safetensors, see vit_jax/checkpoints/swin_timm.py)'
+             if presets.is_swin(config) else
+             'pre_logits' if config.representation_size is not None else
+             f'posemb {config.posemb}' if config.posemb != 'learn' else
+             f'classifier {config.classifier}' if config.classifier not in ('token', 'gap')
+             else None)
+  if problem is None and 'resnet' in config and config.resnet is not None:
+    if config.model_name not in _TIMM_HYBRIDS:
+      problem = f'custom hybrid {config.model_name}'
+    else:
+      return _TIMM_HYBRIDS[config.model_name], kwargs
+  if problem:
+    raise checkpoint.CheckpointError(
+        f'timm\'s npz loader cannot represent this checkpoint ({problem}).')
+  t = config.transformer
+  kwargs.update(patch_size=config.patches.size[0], embed_dim=config.hidden_size,
+                depth=t.num_layers, num_heads=t.num_heads, mlp_ratio=t.mlp_dim / config.hidden_size,
+                class_token=config.classifier == 'token', fc_norm=False,
+                global_pool='token' if config.classifier == 'token' else 'avg')
+  return 'vit_base_patch16_224', kwargs
+
+
 def _ours(model, size, tmp_path, seed):
   x = images(2, size, size, seed=seed)
   params = model.init(jax.random.key(seed), x[:1], train=False)['params']
@@ -64,8 +113,8 @@ def _ours(model, size, tmp_path, seed):
 
 def _timm(npz, x, tmp_path, expected_name=None):
   """Runs timm on `x` with the weights of `npz`, the model derived from the file's shapes."""
-  arch = checkpoint.architecture(checkpoint.read_npz(npz))
-  name, kwargs = checkpoint.timm_model_args(arch)
+  arch = architecture.architecture(npz_format.read_npz(npz))
+  name, kwargs = timm_model_args(arch)
   assert expected_name is None or name == expected_name
   assert kwargs['num_classes'] == NUM_CLASSES and kwargs['img_size'] == x.shape[1]
   np.save(tmp_path / 'images.npy', x)
@@ -82,7 +131,7 @@ def _timm(npz, x, tmp_path, expected_name=None):
 
 
 def _num_params(npz):
-  return sum(a.size for a in checkpoint.read_npz(npz).values())
+  return sum(a.size for a in npz_format.read_npz(npz).values())
 
 
 def test_vit_ti16(tmp_path):
@@ -101,11 +150,11 @@ def test_exported_file_with_embedded_description(tmp_path):
   model = models.get_model('ViT-Ti_16', num_classes=NUM_CLASSES)
   path, x, ours = _ours(model, size, tmp_path, seed=3)
   params = checkpoint.load(path)
-  description = checkpoint.describe_run(
+  description = metadata_lib.describe_run(
       model_config=models.get_config('ViT-Ti_16'), image_size=size, class_names=None,
       dataset='folder', num_classes=NUM_CLASSES)
   described = checkpoint.save(params, str(tmp_path / 'described.npz'), metadata=description)
-  assert checkpoint.embedded_metadata(described)['image_size'] == size
+  assert metadata_lib.embedded_metadata(described)['image_size'] == size
   theirs, facts = _timm(described, x, tmp_path)
   assert facts['num_params'] == _num_params(described)
   assert np.abs(theirs - ours).max() <= 1e-4
@@ -115,7 +164,7 @@ def test_gap(tmp_path):
   size = 64
   model = models.get_model('ViT-S_16-gap-norep', num_classes=NUM_CLASSES)
   path, x, ours = _ours(model, size, tmp_path, seed=1)
-  assert 'cls' not in checkpoint.read_npz(path)
+  assert 'cls' not in npz_format.read_npz(path)
   theirs, facts = _timm(path, x, tmp_path)
   assert facts['pos_embed'] == [1, (size // 16)**2, 384]
   assert facts['num_params'] == _num_params(path)
@@ -127,7 +176,7 @@ def test_hybrid_r_ti16(tmp_path):
   size = 64
   model = models.get_model('R+ViT-Ti_16', num_classes=NUM_CLASSES)
   path, x, ours = _ours(model, size, tmp_path, seed=2)
-  flat = checkpoint.read_npz(path)
+  flat = npz_format.read_npz(path)
   assert flat['gn_root/scale'].shape == (1, 1, 1, 64)
   theirs, facts = _timm(path, x, tmp_path, 'vit_tiny_r_s16_p8_224')
   grid = models.token_grid(models.MODEL_CONFIGS['R+ViT-Ti_16'], (size, size))

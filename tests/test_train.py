@@ -19,6 +19,7 @@ from vit_jax import models
 from vit_jax.training import optim
 from vit_jax.training import parallel
 from vit_jax import train
+from vit_jax.checkpoints import npz_format
 
 
 def make_config(**overrides) -> ml_collections.ConfigDict:
@@ -41,7 +42,7 @@ def final_params(workdir):
 
 
 def assert_trees_close(a, b, atol=1e-6):
-  flat_a, flat_b = checkpoint.flatten(a), checkpoint.flatten(b)
+  flat_a, flat_b = npz_format.flatten(a), npz_format.flatten(b)
   assert flat_a.keys() == flat_b.keys()
   for key in flat_a:
     np.testing.assert_allclose(flat_a[key], flat_b[key], atol=atol, err_msg=key)
@@ -131,9 +132,9 @@ def test_extending_stage_1_restarts_stage_2_from_the_new_export(tmp_path, mock_c
   assert_trees_close(final_params(moved), old_fine, atol=0)  # Kept whole, not deleted.
   recorded = json.load(open(tmp_path / 'finetune' / train.STAGE1_FILE))
   assert recorded == train.stage1_source(str(tmp_path / 'pretrain' / 'params.npz'), 8)
-  new_fine = checkpoint.flatten(final_params(str(tmp_path / 'finetune')))
+  new_fine = npz_format.flatten(final_params(str(tmp_path / 'finetune')))
   assert any(np.any(new_fine[key] != value)  # Fine-tuned again, not the old export.
-             for key, value in checkpoint.flatten(old_fine).items())
+             for key, value in npz_format.flatten(old_fine).items())
 
 
 def test_accumulation_equals_full_batch_gradient():
@@ -292,8 +293,8 @@ def test_ema_run_exports_the_average_and_reports_the_raw_accuracy(tmp_path, mock
   state = train.make_checkpoint_manager(averaged, make_config()).restore(6)
   assert_trees_close(jax.device_get(state['params']), final_params(plain))
   assert_trees_close(jax.device_get(state['ema_params']), final_params(averaged))
-  flat_plain = checkpoint.flatten(final_params(plain))
-  flat_ema = checkpoint.flatten(final_params(averaged))
+  flat_plain = npz_format.flatten(final_params(plain))
+  flat_ema = npz_format.flatten(final_params(averaged))
   assert any(not np.allclose(flat_plain[k], flat_ema[k]) for k in flat_plain)
   assert 0. <= result['accuracy_raw'] <= 1.
   with open(os.path.join(averaged, 'metrics.jsonl')) as f:

@@ -17,13 +17,14 @@ import numpy as np
 import optax
 import pytest
 
-from vit_jax import checkpoint
 from vit_jax import config_lib
 from vit_jax import input_pipeline
 from vit_jax import models
 from vit_jax.training import optim
 from vit_jax.training import parallel
 from vit_jax import train
+from vit_jax.checkpoints import store
+from vit_jax.checkpoints import npz_format
 from test_distributed import fixed_batch, run_steps, step_config, write_image_dataset
 from test_train import final_params, fixed_batch_step, make_config
 
@@ -102,7 +103,7 @@ def test_inf_gradient_at_the_last_step_exports_nothing(tmp_path, mock_cifar10):
       train.NonFiniteLossError, match='between steps 1 and 4 .*no checkpoint was saved'):
     train.train_and_evaluate(config, workdir)
   assert not os.path.exists(os.path.join(workdir, 'params.npz'))
-  assert not os.path.exists(os.path.join(workdir, checkpoint.METADATA_FILE))
+  assert not os.path.exists(os.path.join(workdir, store.METADATA_FILE))
   assert not os.listdir(os.path.join(workdir, 'checkpoints'))
 
 
@@ -159,7 +160,7 @@ def test_ema_run_exports_an_average_of_the_trained_weights(tmp_path, mock_cifar1
   # The head starts at zero: an average that kept 0.9995^6 = 99.7% of it would be ~0.
   raw_norm, ema_norm = (np.linalg.norm(p['head']['kernel']) for p in (raw, ema))
   assert raw_norm > 0 and ema_norm > 0.3 * raw_norm, (ema_norm, raw_norm)
-  with open(os.path.join(workdir, checkpoint.METADATA_FILE)) as f:
+  with open(os.path.join(workdir, store.METADATA_FILE)) as f:
     metadata = json.load(f)
   assert metadata['weights'] == 'ema' and metadata['ema_decay'] == 0.9995
   assert metadata['accuracy_raw'] == result['accuracy_raw']
@@ -171,10 +172,10 @@ def test_ema_warns_when_the_average_cannot_have_left_its_start(tmp_path, mock_ci
     train.train_and_evaluate(make_config(total_steps=1, eval_every=0, ema_decay=0.9),
                              str(tmp_path / 'run'))
   assert 'keeps 10% of the initial weights after 1 steps' in caplog.text
-  with open(os.path.join(tmp_path, 'run', checkpoint.METADATA_FILE)) as f:
+  with open(os.path.join(tmp_path, 'run', store.METADATA_FILE)) as f:
     assert json.load(f)['weights'] == 'ema'
   train.train_and_evaluate(make_config(total_steps=1, eval_every=0), str(tmp_path / 'plain'))
-  with open(os.path.join(tmp_path, 'plain', checkpoint.METADATA_FILE)) as f:
+  with open(os.path.join(tmp_path, 'plain', store.METADATA_FILE)) as f:
     assert json.load(f)['weights'] == 'raw'
 
 
@@ -222,14 +223,14 @@ def test_mixup_step_is_the_same_on_1_and_4_devices(accum_steps):
   batch = fixed_batch()
   params_1, _ = run_steps(1, config, batch)
   params_4, _ = run_steps(4, config, batch)
-  for key, value in checkpoint.flatten(params_1).items():
-    np.testing.assert_allclose(checkpoint.flatten(params_4)[key], value, atol=1e-6, err_msg=key)
+  for key, value in npz_format.flatten(params_1).items():
+    np.testing.assert_allclose(npz_format.flatten(params_4)[key], value, atol=1e-6, err_msg=key)
   unmixed, _ = run_steps(1, step_config(accum_steps=accum_steps), batch)
   assert not np.allclose(unmixed['head']['kernel'], params_1['head']['kernel'])
   if accum_steps == 2:  # Accumulation splits the mixed batch: the same step as without it.
     whole, _ = run_steps(1, step_config(mixup=0.5), batch)
-    for key, value in checkpoint.flatten(whole).items():
-      np.testing.assert_allclose(checkpoint.flatten(params_1)[key], value, atol=1e-5, err_msg=key)
+    for key, value in npz_format.flatten(whole).items():
+      np.testing.assert_allclose(npz_format.flatten(params_1)[key], value, atol=1e-5, err_msg=key)
 
 
 def read_metrics(workdir):
@@ -294,7 +295,7 @@ def test_adamw_weight_decay_mask(on, decayed):
   tx = optim.make_optimizer(config, optax.constant_schedule(1.))
   zeros = jax.tree.map(jnp.zeros_like, params)  # Adam's own update is 0: only the decay moves.
   updates, _ = tx.update(zeros, tx.init(params), params)
-  moved = {k for k, v in checkpoint.flatten(jax.device_get(updates)).items() if np.any(v)}
+  moved = {k for k, v in npz_format.flatten(jax.device_get(updates)).items() if np.any(v)}
   assert decayed <= moved
   if on == 'kernels':
     assert moved and all(k.endswith('kernel') for k in moved), moved
@@ -308,7 +309,7 @@ def decayed_params(model, image_size):
   params = jax.tree.map(lambda x: x + 0.1, params)  # Nothing zero: decay is visible everywhere.
   tx = optim.make_optimizer(config, optax.constant_schedule(1.))
   updates, _ = tx.update(jax.tree.map(jnp.zeros_like, params), tx.init(params), params)
-  flat = checkpoint.flatten(jax.device_get(updates))
+  flat = npz_format.flatten(jax.device_get(updates))
   return {k for k, v in flat.items() if np.any(v)}, set(flat)
 
 

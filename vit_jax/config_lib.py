@@ -11,9 +11,7 @@ from typing import Optional, Tuple
 import ml_collections
 from ml_collections import config_dict
 
-from vit_jax import checkpoint
 from vit_jax import presets
-from vit_jax.checkpoints import timm_format
 
 # Fine-tuning presets of the official repo (a slice of train is held out as in the paper). The
 # input resolution is the model's (see `with_model`), not the dataset's: small images are
@@ -57,10 +55,10 @@ def get_config() -> ml_collections.ConfigDict:
   # Input normalisation (x / 255 - mean) / std per RGB channel; 0.5/0.5 is the official
   # x / 127.5 - 1. Left at this default, a timm checkpoint's own values (its config.json's, e.g.
   # CLIP's or ImageNet's) replace it when fine-tuning from one; any other value is kept.
-  c.pp.mean = timm_format.OFFICIAL_MEAN
-  c.pp.std = timm_format.OFFICIAL_STD
+  c.pp.mean = presets.OFFICIAL_MEAN
+  c.pp.std = presets.OFFICIAL_STD
   c.mixup = 0.  # Mixup alpha over the global batch, in the train step; 0 = off (official).
-  c.pretrained_dir = checkpoint.DEFAULT_PRETRAINED_DIR  # Folder/bucket of <model_name>.npz.
+  c.pretrained_dir = presets.DEFAULT_PRETRAINED_DIR  # Folder/bucket of <model_name>.npz.
   c.pretrained_path = ''  # Explicit .npz (local, gs:// or https://); wins over pretrained_dir.
   c.model_or_filename = ''  # AugReg file name (without .npz) instead of the model name.
   c.keep_head = False  # Keep the checkpoint's head (same classes); official: a new zero head.

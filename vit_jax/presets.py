@@ -1,8 +1,9 @@
-"""Model presets under their official checkpoint names, as data (no jax import).
+"""What was published, as data (no jax import): model presets, checkpoint folders, input scale.
 
 `MODEL_CONFIGS[name]` is a locked ConfigDict with exactly the official fields, so
 `VisionTransformer(num_classes=N, **MODEL_CONFIGS['ViT-B_16'])` works as in the official repo.
-Experiment configs and the checkpoint API read these without importing jax or flax.
+Experiment configs and the checkpoint API read these without importing jax or flax; so do the
+token-grid facts of a model config (`token_grid`, `num_prefix_tokens`, `square_side`).
 """
 
 import math
@@ -15,6 +16,22 @@ MODEL_CONFIGS: Dict[str, ml_collections.ConfigDict] = {}
 AUGREG_CONFIGS: Dict[str, ml_collections.ConfigDict] = {}
 _NO_AUGREG = ('testing', 'testing-unpooled', 'ViT-L_32', 'R50+ViT-B_16', 'ViT-H_14')
 
+# Where the official checkpoints are published (public buckets, readable over https too).
+PUBLISHED_DIRS = {
+    'imagenet21k': 'gs://vit_models/imagenet21k',
+    'imagenet21k+imagenet2012': 'gs://vit_models/imagenet21k+imagenet2012',
+    'augreg': 'gs://vit_models/augreg',
+    'sam': 'gs://vit_models/sam',
+    'mixer-imagenet21k': 'gs://mixer_models/imagenet21k',
+    'mixer-imagenet1k': 'gs://mixer_models/imagenet1k',
+}
+DEFAULT_PRETRAINED_DIR = PUBLISHED_DIRS['imagenet21k']
+# A bare published name ('ViT-B_16') is looked up here: these files carry real ImageNet-1k heads
+# (the plain imagenet21k files have all-zero heads).
+DEFAULT_NAMED_COLLECTION = 'imagenet21k+imagenet2012'
+# The published models' input scale, x / 127.5 - 1, as a per-channel mean/std of [0, 1] pixels.
+OFFICIAL_MEAN = OFFICIAL_STD = (0.5, 0.5, 0.5)
+
 
 # Fields beyond the official ones, each off by default (defaults = official behaviour).
 VIT_EXTRAS = dict(
@@ -24,7 +41,7 @@ VIT_EXTRAS = dict(
     remat=False,  # Recompute each block in backward: less activation memory.
     attention_impl='xla',  # 'heads_first' (fastest on CPU) or 'fused' (cuDNN flash on GPU).
     head_bias_init=0.,  # -10 for sigmoid pretraining (big_vision i21k).
-    # What timm's ViT families need (vit_jax/timm_format.py reads their files); all off here.
+    # What timm's ViT families need (checkpoints/timm_vit.py reads their files); all off here.
     activation='gelu_tanh',  # MLP activation: 'gelu_tanh' (official), 'gelu' (exact), 'quick_gelu'.
     layer_norm_eps=1e-6,  # LayerNorm epsilon (timm's CLIP towers: 1e-5).
     layer_scale=0.,  # LayerScale init value (DeiT-III 1e-6, DINOv2 1e-5); 0 = no LayerScale.
@@ -231,3 +248,26 @@ def finetune_resolution(model_config: Any, target: int = 384) -> int:
     return model_config['window_size'] * token_stride(model_config)
   stride = token_stride(model_config)
   return -(-target // stride) * stride
+
+
+def square_side(num_tokens: int) -> Optional[int]:
+  """The side of a square grid of `num_tokens` tokens, or None when it is not a square."""
+  side = math.isqrt(num_tokens) if num_tokens >= 0 else -1
+  return side if side * side == num_tokens else None
+
+
+def num_prefix_tokens(model_config: Any) -> int:
+  """Tokens before the patch grid: the class token of 'token*' classifiers, the distillation
+  token and the register tokens (0 for Mixers and ResNets)."""
+  if is_mixer(model_config) or is_resnet(model_config):
+    return 0
+  cls = model_config['classifier'] in ('token', 'token_unpooled', 'token_gap')
+  return (int(cls) + int(bool(model_config.get('distilled')))
+          + int(model_config.get('num_registers') or 0))
+
+
+def posemb_prefix_tokens(model_config: Any) -> int:
+  """Rows of the position table before the grid: the prefix tokens, none with no_embed_class."""
+  if is_mixer(model_config) or model_config.get('no_embed_class'):
+    return 0
+  return num_prefix_tokens(model_config)

@@ -34,6 +34,11 @@ from vit_jax.training import optim
 from vit_jax.training import parallel
 from vit_jax.training import plotting
 from vit_jax import presets
+from vit_jax.checkpoints import timm_files
+from vit_jax.checkpoints import store
+from vit_jax.checkpoints import metadata as metadata_lib
+from vit_jax.checkpoints import loading
+from vit_jax.checkpoints import architecture
 
 State = Dict[str, Any]
 LOSSES = ('softmax_xent', 'sigmoid_xent')
@@ -284,9 +289,9 @@ def preflight(config: Any, *, needs_pretrained: bool) -> Any:
     raise  # Not a missing input: its own line.
   except ValueError as e:
     problems.append(str(e).strip().rstrip('.'))
-  pretrained = checkpoint.pretrained_path(config) if needs_pretrained else None
+  pretrained = store.pretrained_path(config) if needs_pretrained else None
   for path in filter(None, (pretrained, config.distill.teacher_path)):
-    problem = checkpoint.check_available(path)
+    problem = store.check_available(path)
     if problem:
       problems.append(problem)
   if problems:
@@ -341,7 +346,7 @@ def init_state(trainer: Trainer, *, abstract: bool = False) -> State:
     return jax.eval_shape(lambda: make_state(fresh_params()))
   shardings = state_shardings(trainer)
   params = jax.jit(fresh_params, out_shardings=shardings['params'])()
-  path = checkpoint.pretrained_path(config)
+  path = store.pretrained_path(config)
   if path:
     logging.info('Fine-tuning from %s', path)
     loaded = checkpoint.load_pretrained(
@@ -665,12 +670,12 @@ def export_params(trainer: Trainer, params: Any, workdir: str, result: Dict[str,
                                    if k.startswith(('accuracy_', 'num_examples_'))
                                    and k != 'accuracy_raw'})
   # The description goes inside the npz too: a renamed copy still says what model it is.
-  path = checkpoint.save(host, os.path.join(workdir, checkpoint.PARAMS_FILE),
-                         metadata=checkpoint.describe_run(**description))
-  checkpoint.write_metadata(workdir, **description)
+  path = checkpoint.save(host, os.path.join(workdir, store.PARAMS_FILE),
+                         metadata=metadata_lib.describe_run(**description))
+  metadata_lib.write_metadata(workdir, **description)
   logging.info('Exported the %s weights (%s) to %s (with %s)', weights,
                'weight average' if weights == 'ema' else 'not averaged', path,
-               checkpoint.METADATA_FILE)
+               store.METADATA_FILE)
   raw, averaged = result.get('accuracy_raw'), result.get('accuracy')
   if raw is not None and averaged is not None and raw > averaged:
     # Chosen by the config, not by test accuracy (that would select on the test set).
@@ -690,19 +695,19 @@ def with_checkpoint_model(config: ml_collections.ConfigDict) -> ml_collections.C
   if not config.pretrained_path:
     raise ValueError('config.model is not set: name a model (e.g. configs/vit.py:b16,DATASET) '
                      'or pass --config.pretrained_path=<checkpoint> to fine-tune what it holds.')
-  path = checkpoint.resolve_name(config.pretrained_path)
-  _, arch = checkpoint.load_architecture(path)
+  path = store.resolve_name(config.pretrained_path)
+  _, arch = loading.load_architecture(path)
   # What the shapes cannot tell (posemb 'none' vs 'sincos2d', ...) the file's description does:
   # the run's metadata.json, a <name>.json beside it or the one embedded in the npz.
-  described = (None if checkpoint.timm_format.is_timm_source(path)
-               else (checkpoint.read_metadata(path) or {}).get('model'))
+  described = (None if timm_files.is_timm_source(path)
+               else (metadata_lib.read_metadata(path) or {}).get('model'))
   if described:
-    arch = checkpoint.conform(arch, described, checkpoint.METADATA_FILE)
+    arch = architecture.conform(arch, described, store.METADATA_FILE)
   if arch.assumed:
     logging.warning('%s does not say %s: assumed. To state them, put a %s beside it (the format '
                     'of a run\'s %s) or name the model (configs/vit.py:MODEL,DATASET).',
                     config.pretrained_path, '; '.join(arch.assumed),
-                    os.path.basename(checkpoint.sidecar_path(path)), checkpoint.METADATA_FILE)
+                    os.path.basename(metadata_lib.sidecar_path(path)), store.METADATA_FILE)
   config = ml_collections.ConfigDict(config.to_dict())
   config.model = arch.config
   logging.info('Model from %s: %s.', config.pretrained_path, config.model.model_name)
@@ -731,10 +736,10 @@ def with_checkpoint_normalization(config: ml_collections.ConfigDict, workdir: st
       saved = json.load(f)
     mean, std = tuple(saved['mean']), tuple(saved['std'])
   elif config.pretrained_path:
-    path = checkpoint.resolve_name(config.pretrained_path)
-    if checkpoint.is_remote(path) or checkpoint.check_available(path):
+    path = store.resolve_name(config.pretrained_path)
+    if store.is_remote(path) or store.check_available(path):
       return config  # A published npz (official inputs), or missing: preflight says so.
-    mean, std = checkpoint.input_normalization(path)
+    mean, std = metadata_lib.input_normalization(path)
   else:
     return config
   if image_ops.is_official_normalization(mean, std):

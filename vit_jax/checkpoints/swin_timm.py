@@ -8,16 +8,17 @@ accepted too, as timm's `checkpoint_filter_fn` accepts it.
 The conversion is exact: qkv splits by rows [3, heads, head_dim] into query/key/value, the
 output projection's input index is head-major, Linear weights transpose. The weights keep
 timm's input normalisation ((x - mean) / std on [0, 1] pixels, `normalization`): it travels
-beside them as for every timm family (`timm_format.Converted.mean/std`), and the input
+beside them as for every timm family (`timm_files.Converted.mean/std`), and the input
 pipeline, predict and analyze apply it. Relative-position tables of another window size are
 resized as timm resizes them (`resize_relative_position_bias_table`).
 """
 
-import math
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
+
+from vit_jax import presets
 
 Params = Dict[str, Any]
 
@@ -144,8 +145,8 @@ def _shape(x: Any) -> Tuple[int, ...]:
 
 def table_window(num_rows: int) -> int:
   """M of a square (2M-1)² relative-position table."""
-  side = math.isqrt(num_rows)
-  if side * side != num_rows or side % 2 == 0:
+  side = presets.square_side(num_rows)
+  if side is None or side % 2 == 0:
     raise SwinConversionError(f'a relative-position table of {num_rows} rows is not (2M-1)^2 for '
                               'a square window M.')
   return (side + 1) // 2

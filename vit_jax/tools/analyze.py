@@ -25,12 +25,13 @@ from typing import Any, Dict, List, Sequence, Tuple
 import numpy as np
 from absl import flags
 
-from vit_jax import checkpoint
 from vit_jax.data import image_ops
 from vit_jax.tools import cli
 from vit_jax.tools import features
 from vit_jax import models
 from vit_jax.tools import predict
+from vit_jax import presets
+from vit_jax.checkpoints import loading
 
 
 _NUM_COMPONENTS = flags.DEFINE_integer(
@@ -232,19 +233,20 @@ def plot_attention_distance(distance: np.ndarray, image_size: int, path: str) ->
   fig.savefig(path, dpi=120, bbox_inches='tight')
 
 
-def _load_inputs(paths: Sequence[str], loaded: features.LoadedModel
+def _load_inputs(paths: Sequence[str], loaded: loading.LoadedModel
                  ) -> Tuple[List[str], np.ndarray, str]:
   size = loaded.image_size
   if paths:
     files = predict.list_images(paths)
-    return files, loaded.load_images(files), 'images given on the command line'
+    return (files, image_ops.load_images(files, loaded.image_size, loaded.mean, loaded.std),
+            'images given on the command line')
   samples, note = sample_images(size)
   return ([name for name, _ in samples],
           np.stack([image_ops.preprocess(image, size, loaded.mean, loaded.std)
                     for _, image in samples]), note)
 
 
-def _attention(loaded: features.LoadedModel, images: np.ndarray,
+def _attention(loaded: loading.LoadedModel, images: np.ndarray,
                batch_size: int) -> List[np.ndarray]:
   """Per layer, (num_images, heads, N, N) attention weights, computed batch by batch."""
   feature_fn = features.make_feature_fn(loaded.model)
@@ -254,13 +256,13 @@ def _attention(loaded: features.LoadedModel, images: np.ndarray,
           for layer in range(len(batches[0]))]
 
 
-def analyze(loaded: features.LoadedModel, out_dir: str, image_paths: Sequence[str] = (), *,
+def analyze(loaded: loading.LoadedModel, out_dir: str, image_paths: Sequence[str] = (), *,
             num_components: int = 28, batch_size: int = 8) -> Dict[str, Any]:
   """Writes the figures and analysis.json into `out_dir` and returns the JSON's contents."""
   os.makedirs(out_dir, exist_ok=True)
   config, size = loaded.config, loaded.image_size
   grid = tuple(models.token_grid(config, (size, size)))
-  stride, prefix = size // grid[0], checkpoint.num_prefix_tokens(config)
+  stride, prefix = size // grid[0], presets.num_prefix_tokens(config)
   names, images, note = _load_inputs(image_paths, loaded)
   attention = _attention(loaded, images, batch_size)
   result: Dict[str, Any] = {
@@ -291,7 +293,7 @@ def analyze(loaded: features.LoadedModel, out_dir: str, image_paths: Sequence[st
   posemb = loaded.params.get('Transformer', {}).get('posembed_input', {}).get('pos_embedding')
   if posemb is not None:
     # The table's rows: no rows for prefix tokens with no_embed_class (DeiT-III, DINOv2 reg).
-    similarity = posemb_similarity(posemb, grid, checkpoint.posemb_prefix_tokens(config))
+    similarity = posemb_similarity(posemb, grid, presets.posemb_prefix_tokens(config))
     plot_posemb_similarity(similarity, record('posemb_similarity.png'))
     result['posemb_similarity'] = np.round(similarity, 4).tolist()
 
@@ -316,7 +318,7 @@ def main(argv: Sequence[str]) -> str:
   checkpoint_name, out = cli.CHECKPOINT.value, cli.OUT.value
   if not checkpoint_name or not out:
     raise ValueError('Pass --checkpoint=PATH_OR_NAME and --out=DIR.')
-  loaded = features.load_model(checkpoint_name, cli.MODEL.value, cli.IMAGE_SIZE.value)
+  loaded = loading.load_model(checkpoint_name, cli.MODEL.value, cli.IMAGE_SIZE.value)
   result = analyze(loaded, out, argv[1:], num_components=_NUM_COMPONENTS.value,
                    batch_size=max(cli.BATCH_SIZE.value, 1))
   return summary(result, out)

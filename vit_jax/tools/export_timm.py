@@ -17,8 +17,9 @@ from absl import flags
 
 from vit_jax import checkpoint
 from vit_jax.tools import cli
-from vit_jax.tools import features
-from vit_jax.checkpoints import timm_format
+from vit_jax.checkpoints import timm_files
+from vit_jax.checkpoints import timm_export
+from vit_jax.checkpoints import loading
 
 
 for _name in ('checkpoint', 'model', 'image_size', 'out'):  # Defined in cli.py.
@@ -37,14 +38,14 @@ def main(argv: Sequence[str]) -> str:
     raise ValueError('Pass --checkpoint=PATH_OR_NAME and --out=FOLDER.')
   if os.path.isfile(out):
     raise ValueError(f'--out={out} is a file; pass a folder.')
-  loaded = features.load_model(source, cli.MODEL.value, cli.IMAGE_SIZE.value)
+  loaded = loading.load_model(source, cli.MODEL.value, cli.IMAGE_SIZE.value)
   try:
-    folder = timm_format.export(loaded.params, loaded.config.to_dict(), out,
+    folder = timm_export.export(loaded.params, loaded.config.to_dict(), out,
                                 num_classes=loaded.num_classes, image_size=loaded.image_size,
                                 mean=loaded.mean, std=loaded.std)
-  except timm_format.TimmFormatError as e:
+  except timm_files.TimmFormatError as e:
     raise checkpoint.CheckpointError(str(e)) from None
-  return (f'Wrote {folder}/{timm_format.WEIGHTS_FILE} and {timm_format.CONFIG_FILE}; in '
+  return (f'Wrote {folder}/{timm_files.WEIGHTS_FILE} and {timm_files.CONFIG_FILE}; in '
           f"PyTorch: timm.create_model('local-dir:{folder}', pretrained=True)")
 
 

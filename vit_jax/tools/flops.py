@@ -23,9 +23,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from absl import flags
 
-from vit_jax import checkpoint
 from vit_jax.tools import cli
 from vit_jax import models
+from vit_jax import presets
 
 PARTS = ('resnet', 'patch_embedding', 'patch_merging', 'qkv_out_projections', 'attention', 'mlp',
          'head')
@@ -99,7 +99,7 @@ def count_flops(model_config: Any, image_size: int, num_classes: int = 1000) -> 
   t = model_config['transformer']
   layers, mlp = t['num_layers'], t['mlp_dim']
   classifier = model_config['classifier']
-  n = grid[0] * grid[1] + checkpoint.num_prefix_tokens(model_config)
+  n = grid[0] * grid[1] + presets.num_prefix_tokens(model_config)
   out['patch_embedding'] = conv_flops(grid, (ph, pw), channels, d)
   out['qkv_out_projections'] = layers * 4 * 2 * n * d * d
   out['attention'] = layers * 2 * (2 * n * n * d)  # Scores q·k, then weights · v.

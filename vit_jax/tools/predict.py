@@ -4,7 +4,7 @@
   python -m vit_jax.predict --checkpoint=runs/quickstart/finetune img.png
   python -m vit_jax.predict --checkpoint=model.npz --labels=cifar10 --json img/
 
-The model is read from the checkpoint itself (`checkpoint.architecture`; a run directory's
+The model is read from the checkpoint itself (`checkpoints.architecture`; a run directory's
 metadata.json adds what shapes cannot say). `--model` (a preset name or a .py file whose
 `get_config()` returns a model ConfigDict) is only a check that the file is that model.
 
@@ -27,7 +27,7 @@ from absl import logging
 
 from vit_jax.data import image_ops
 from vit_jax.tools import cli
-from vit_jax.tools import features
+from vit_jax.checkpoints import loading
 
 LABEL_SETS = ('imagenet1k', 'imagenet21k', 'cifar10', 'cifar100', 'fashion_mnist')
 # Only unambiguous sizes pick a label set by default (cifar10 and fashion_mnist both have 10).
@@ -103,7 +103,7 @@ def top_k(logits: np.ndarray, k: int) -> tuple:
   return order, np.take_along_axis(probs, order, axis=-1)
 
 
-def predict(loaded: features.LoadedModel, paths: Sequence[str], *, k: int = 5,
+def predict(loaded: loading.LoadedModel, paths: Sequence[str], *, k: int = 5,
             labels: Optional[Sequence[str]] = None, batch_size: int = 16) -> Iterator[Dict]:
   """Yields {'image', 'predictions': [{'index', 'label', 'probability'}]} per image path.
 
@@ -116,7 +116,7 @@ def predict(loaded: features.LoadedModel, paths: Sequence[str], *, k: int = 5,
   forward = jax.jit(lambda params, x: loaded.model.apply({'params': params}, x, train=False))
   for start in range(0, len(paths), batch_size):
     chunk = list(paths[start:start + batch_size])
-    images = loaded.load_images(chunk)
+    images = image_ops.load_images(chunk, loaded.image_size, loaded.mean, loaded.std)
     padded = np.concatenate(
         [images, np.zeros((batch_size - len(chunk), *images.shape[1:]), images.dtype)])
     logits = np.asarray(forward(loaded.params, padded))[:len(chunk)]
@@ -142,7 +142,7 @@ def main(argv: Sequence[str]) -> None:
   if _TOP_K.value < 1 or batch_size < 1:
     raise ValueError('--top_k and --batch_size must be at least 1.')
   paths = list_images(argv[1:])
-  loaded = features.load_model(checkpoint, cli.MODEL.value, cli.IMAGE_SIZE.value)
+  loaded = loading.load_model(checkpoint, cli.MODEL.value, cli.IMAGE_SIZE.value)
   if loaded.head_is_zero:
     logging.warning('%s has an all-zero head (a pre-training file): every class gets the same '
                     'probability, so these predictions are meaningless; use a fine-tuned '

@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh
 
-from vit_jax.tools import features
 from vit_jax.training import parallel
+from vit_jax.checkpoints import loading
 
 KINDS = ('hard', 'soft')
 
@@ -110,7 +110,7 @@ def load_teacher(config: Any, num_classes: int, mesh: Mesh) -> Optional[Teacher]
   """The teacher of `config.distill` fitted to `pp.crop` inputs, or None when not distilling."""
   if not config.distill.teacher_path:
     return None
-  loaded = features.load_model(config.distill.teacher_path, config.distill.teacher_model,
+  loaded = loading.load_model(config.distill.teacher_path, config.distill.teacher_model,
                                config.pp.crop)
   if loaded.num_classes != num_classes:
     raise ValueError(f'The teacher {config.distill.teacher_path} has {loaded.num_classes} '

@@ -1,0 +1,334 @@
+"""The model a checkpoint holds, read from its parameter shapes alone.
+
+`architecture(params)` decides family (ViT, hybrid, Mixer, ResNet, Swin), widths, depth, heads,
+classes, class token, position-embedding kind and trained grid, and names the official preset
+whose shape-decided fields all match (`first_difference` is the one comparison). What shapes
+cannot tell is listed in `Architecture.assumed`; `conform` completes it from a declared model
+config (run metadata, `--model`).
+"""
+
+import dataclasses
+import re
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import ml_collections
+import numpy as np
+
+from vit_jax import presets
+from vit_jax.checkpoints import npz_format
+from vit_jax.checkpoints import swin_timm
+from vit_jax.checkpoints.npz_format import CheckpointError
+
+
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+  """What a checkpoint's shapes say it is (see `architecture`).
+
+  Attributes:
+    config: model ConfigDict for `models.get_model(config, num_classes=num_classes)`: the
+      official fields (plus `presets.VIT_EXTRAS` for ViTs, with `posemb` from the file).
+    num_classes: outputs of the head; 0 without one.
+    grid: (rows, cols) token grid the position embeddings were trained at, or None.
+    image_size: grid × token stride in pixels (the training resolution), or None.
+    assumed: what the shapes cannot decide, each with the value used ('dropout_rate 0.1 (from
+      ViT-L_16)', 'classifier token (or token_unpooled)', ...).
+    mean: per-channel mean of the [0, 1] input (official: 0.5, i.e. x / 127.5 - 1).
+    std: per-channel std of the same (official: 0.5).
+  """
+
+  config: ml_collections.ConfigDict
+  num_classes: int
+  grid: Optional[Tuple[int, int]]
+  image_size: Optional[int]
+  assumed: Tuple[str, ...]
+  mean: Tuple[float, ...] = presets.OFFICIAL_MEAN
+  std: Tuple[float, ...] = presets.OFFICIAL_STD
+
+  @property
+  def model_name(self) -> str:
+    return self.config.model_name
+
+
+def _shape_tree(params: Mapping[str, Any]) -> Dict[str, Any]:
+  """{Linen name: shape} as a tree, from a flat published dict or a (Linen) param tree."""
+  nested = any(isinstance(v, Mapping) for v in params.values())
+  flat = npz_format.flatten(params) if nested else params
+  shapes = {name: tuple(getattr(v, 'shape', np.shape(v))) for name, v in flat.items()}
+  return npz_format.renumber_pre_linen(npz_format.unflatten(shapes))
+
+
+def _count(tree: Mapping[str, Any], pattern: str) -> int:
+  return sum(1 for key in tree if re.fullmatch(pattern, key))
+
+
+def _mixer_fields(tree: Mapping[str, Any]) -> Tuple[Dict[str, Any], Tuple[int, int]]:
+  stem = tree['stem']['kernel']
+  block = tree['MixerBlock_0']
+  tokens = block['token_mixing']['Dense_0']['kernel'][0]
+  side = presets.square_side(tokens)
+  fields = dict(patches={'size': tuple(stem[:2])}, hidden_dim=stem[3],
+                num_blocks=_count(tree, r'MixerBlock_\d+'),
+                tokens_mlp_dim=block['token_mixing']['Dense_0']['kernel'][1],
+                channels_mlp_dim=block['channel_mixing']['Dense_0']['kernel'][1])
+  return fields, ((side, side) if side is not None else None)
+
+
+def _resnet_fields(tree: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
+  if 'conv_root' not in tree:
+    return None
+  width = tree['conv_root']['kernel'][3]
+  stages = _count(tree, r'block\d+')
+  units = tuple(_count(tree[f'block{s + 1}'], r'unit\d+') for s in range(stages))
+  factor = width / 64
+  return dict(num_layers=units, width_factor=int(factor) if factor == int(factor) else factor)
+
+
+def _vit_fields(tree: Mapping[str, Any]) -> Tuple[Dict[str, Any], Optional[Tuple[int, int]]]:
+  """Shape-decidable ViT fields and the trained token grid."""
+  encoder = tree['Transformer']
+  block = encoder['encoderblock_0']
+  hidden = tree['embedding']['kernel'][3]
+  _, heads, head_dim = block['MultiHeadDotProductAttention_0']['query']['kernel']
+  if heads * head_dim != hidden:
+    raise CheckpointError(f'attention width {heads}x{head_dim} differs from the hidden size '
+                          f'{hidden}; this model family cannot run such a checkpoint.')
+  posembed = encoder.get('posembed_input', {})
+  prefix = 1 if 'cls' in tree else 0
+  grid = None
+  if 'pos_embedding_row' in posembed:
+    posemb = 'learn_2d'
+    grid = posembed['pos_embedding_row'][0], posembed['pos_embedding_col'][0]
+  elif 'pos_embedding' in posembed:
+    posemb, side = 'learn', presets.square_side(posembed['pos_embedding'][1] - prefix)
+    grid = (side, side) if side is not None else None
+  else:
+    posemb = 'sincos2d' if hidden % 4 == 0 else 'none'
+  fields = dict(
+      patches={'size': tuple(tree['embedding']['kernel'][:2])}, hidden_size=hidden,
+      transformer=dict(mlp_dim=block['MlpBlock_0']['Dense_0']['kernel'][1], num_heads=heads,
+                       num_layers=_count(encoder, r'encoderblock_\d+')),
+      classifier='token' if prefix else 'gap',
+      representation_size=tree['pre_logits']['kernel'][1] if 'pre_logits' in tree else None,
+      posemb=posemb)
+  resnet = _resnet_fields(tree)
+  if resnet is not None:
+    fields['resnet'] = resnet
+  return fields, grid
+
+
+def _resnet_classifier_fields(tree: Mapping[str, Any]) -> Dict[str, Any]:
+  """Stage sizes, width and root kernel of a ResNet classifier (`models_resnet.ResNet`)."""
+  stem = _resnet_fields(tree)  # The same root and units as a hybrid's stem.
+  return dict(stage_sizes=stem['num_layers'], width_factor=stem['width_factor'],
+              root_kernel=tree['conv_root']['kernel'][0])
+
+
+def _resnet_config(fields: Dict[str, Any], name: Optional[str]) -> Tuple[Dict[str, Any], list]:
+  """Completes a ResNet's shape-decided fields with the preset's root stride and pooling."""
+  if name:
+    preset = presets.MODEL_CONFIGS[name]
+    return dict(fields, root_stride=preset.root_stride, root_pool=preset.root_pool), []
+  stride = 2 if fields['root_kernel'] == 7 else 1
+  config = dict(fields, root_stride=stride, root_pool=True)
+  return config, [f'root stride {stride} and a max-pool after the root (shapes cannot tell)']
+
+
+def _complete(config: Mapping[str, Any]) -> Dict[str, Any]:
+  """`config` with the defaults of its family filled in (ViTs: the official ones)."""
+  if presets.is_mixer(config) or presets.is_resnet(config) or presets.is_swin(config):
+    return plain_config(config)
+  return full_vit_config(config)
+
+
+def _family(config: Mapping[str, Any]) -> str:
+  if presets.is_resnet(config):
+    return 'ResNet'
+  if presets.is_mixer(config):
+    return 'Mixer'
+  if presets.is_swin(config):
+    return 'Swin'
+  return 'ResNet+ViT hybrid' if config.get('resnet') else 'ViT'
+
+
+def full_vit_config(config: Mapping[str, Any]) -> Dict[str, Any]:
+  """A ViT config dict with the official defaults for fields a preset leaves out."""
+  out = dict(presets.VIT_EXTRAS, representation_size=None, classifier='token')
+  out.update(plain_config(config))
+  return out
+
+
+def plain_config(config: Any) -> Any:
+  """ConfigDict/dict → plain dict with tuples (JSON lists of metadata become tuples)."""
+  if hasattr(config, 'to_dict'):
+    config = config.to_dict()
+  if isinstance(config, Mapping):
+    return {k: plain_config(v) for k, v in config.items()}
+  if isinstance(config, list):
+    return tuple(plain_config(v) for v in config)
+  return config
+
+
+def _posemb_params(posemb: str) -> str:
+  return {'learn': 'learned 1-D', 'learn_2d': 'learned 2-D'}.get(posemb, 'none')
+
+
+def _compared_fields(config: Mapping[str, Any]) -> Tuple[Tuple[str, Any], ...]:
+  """(label, value) of every field a checkpoint's shapes decide, in reading order."""
+  if presets.is_resnet(config):
+    return (('family', _family(config)), ('ResNet units per stage', tuple(config['stage_sizes'])),
+            ('ResNet width factor', config['width_factor']),
+            ('root kernel', config['root_kernel']))
+  if presets.is_mixer(config):
+    return (('family', _family(config)), ('patch size', tuple(config['patches']['size'])),
+            ('hidden size', config['hidden_dim']), ('depth', config['num_blocks']),
+            ('token-mixing MLP width', config['tokens_mlp_dim']),
+            ('channel-mixing MLP width', config['channels_mlp_dim']))
+  if presets.is_swin(config):
+    return (('family', _family(config)), ('patch size', tuple(config['patches']['size'])),
+            ('embedding width', config['embed_dim']), ('blocks per stage', tuple(config['depths'])),
+            ('heads per stage', tuple(config['num_heads'])), ('window', config['window_size']),
+            ('MLP ratio', config['mlp_ratio']))
+  resnet, t = config.get('resnet'), config['transformer']  # Presets without a ResNet omit it.
+  fields = (('family', _family(config)),
+            ('patch size', tuple(config['patches']['size'])),
+            ('hidden size', config['hidden_size']), ('depth', t['num_layers']),
+            ('heads', t['num_heads']), ('MLP width', t['mlp_dim']),
+            ('class token', 'yes' if presets.num_prefix_tokens(config) else 'no'),
+            ('position embedding parameters', _posemb_params(config['posemb'])))
+  if resnet:
+    fields += (('ResNet units per stage', tuple(resnet['num_layers'])),
+               ('ResNet width factor', resnet['width_factor']))
+  return fields
+
+
+def first_difference(found: Any, expected: Any, expected_name: str) -> Optional[str]:
+  """One line naming the first shape-decided field where two model configs differ, else None.
+
+  E.g. "hidden size 128 in the file, 192 in ViT-Ti_16". `expected` may be an official preset
+  (fields it omits take the official defaults); its `representation_size=None` accepts any
+  pre_logits width, as the presets' published imagenet21k files have one.
+  """
+  found, expected = _complete(found), _complete(expected)
+  # The family comes first, so fields of different families are never compared.
+  for (label, have), (_, want) in zip(_compared_fields(found), _compared_fields(expected)):
+    if have != want:
+      return f'{label} {have} in the file, {want} in {expected_name}'[:299]
+  rep = (found.get('representation_size'), expected.get('representation_size'))
+  if rep[1] is not None and rep[0] != rep[1]:
+    return f'representation size {rep[0]} in the file, {rep[1]} in {expected_name}'[:299]
+  return None
+
+
+def _matching_preset(fields: Mapping[str, Any]) -> Optional[str]:
+  for name, preset in presets.MODEL_CONFIGS.items():
+    if first_difference(fields, preset, name) is None:
+      return name
+  return None
+
+
+def _custom_name(fields: Mapping[str, Any]) -> str:
+  """A descriptive name for shapes that match no preset, e.g. 'ViT-custom-128d-4L-4h-p7'."""
+  if presets.is_resnet(fields):
+    sizes = '-'.join(map(str, fields['stage_sizes']))
+    return f'ResNet-custom-{sizes}-w{fields["width_factor"]:g}-root{fields["root_kernel"]}'
+  patch = fields['patches']['size'][0]
+  if presets.is_swin(fields):
+    return (f'Swin-custom-{fields["embed_dim"]}d-{"-".join(map(str, fields["depths"]))}-'
+            f'{"-".join(map(str, fields["num_heads"]))}h-p{patch}-w{fields["window_size"]}')
+  if presets.is_mixer(fields):
+    return f'Mixer-custom-{fields["hidden_dim"]}d-{fields["num_blocks"]}L-p{patch}'
+  t, resnet = fields['transformer'], fields.get('resnet')
+  root = '' if resnet is None else 'R' + '-'.join(map(str, resnet['num_layers'])) + '+'
+  return (f'{root}ViT-custom-{fields["hidden_size"]}d-{t["num_layers"]}L-{t["num_heads"]}h-'
+          f'mlp{t["mlp_dim"]}-p{patch}')
+
+
+def _vit_config(fields: Dict[str, Any], name: Optional[str]) -> Tuple[Dict[str, Any], list]:
+  """Completes shape-decided ViT fields with the preset's (or official default) others."""
+  preset = full_vit_config(presets.MODEL_CONFIGS[name]) if name else None
+  source = f'from {name}' if name else 'official default'
+  config = full_vit_config(fields)
+  for key in ('dropout_rate', 'attention_dropout_rate'):
+    config['transformer'][key] = preset['transformer'][key] if preset else 0.
+  if preset:
+    config['classifier'] = preset['classifier']
+  alternative = {'token': 'token_unpooled', 'gap': 'unpooled', 'unpooled': 'gap',
+                 'token_unpooled': 'token'}[config['classifier']]
+  t = config['transformer']
+  assumed = [f'dropout_rate {t["dropout_rate"]}, attention_dropout_rate '
+             f'{t["attention_dropout_rate"]} ({source})',
+             f'classifier {config["classifier"]} (not {alternative}: same shapes)']
+  if config['posemb'] == 'sincos2d':
+    assumed.append('posemb sincos2d (not none: neither has parameters)')
+  return config, assumed
+
+
+def _swin_config(tree: Mapping[str, Any]) -> Dict[str, Any]:
+  """A Swin's shape-decided fields with the Swin extras' defaults."""
+  try:
+    fields = swin_timm.swin_fields(tree)
+  except (KeyError, ValueError) as e:
+    raise CheckpointError(f'an incomplete Swin checkpoint ({type(e).__name__}: {e}).') from None
+  return dict(presets.SWIN_EXTRAS, **fields)
+
+
+def architecture(params: Mapping[str, Any]) -> Architecture:
+  """The model a published-format checkpoint holds, read from its shapes alone.
+
+  Accepts the flat dict of an .npz (pre-Linen or Linen names, (1, 1, 1, C) GroupNorm) or a Linen
+  param tree (arrays or anything with `.shape`). Decides ViT/hybrid/Mixer, patch, widths,
+  depth, heads, classes, pre_logits, class token, position-embedding kind and trained grid;
+  `model_name` is the official preset whose decidable fields all match (its dropout rates are
+  then used), else a descriptive custom name. What stays open is listed in `assumed`.
+  """
+  tree = _shape_tree(params)
+  num_classes = int(tree['head']['bias'][0]) if 'head' in tree else 0
+  if 'stem' in tree and 'MixerBlock_0' in tree:
+    fields, grid = _mixer_fields(tree)
+    config, assumed = fields, []
+  elif 'embedding' in tree and 'encoderblock_0' in tree.get('Transformer', {}):
+    fields, grid = _vit_fields(tree)
+    config, assumed = _vit_config(fields, _matching_preset(fields))
+  elif 'conv_root' in tree and 'embedding' not in tree:
+    fields, grid = _resnet_classifier_fields(tree), None
+    config, assumed = _resnet_config(fields, _matching_preset(fields))
+  elif 'patch_embed' in tree and 'layers_0_blocks_0' in tree:
+    config, grid = _swin_config(tree), None
+    assumed = [f'trained at {presets.finetune_resolution(config)}px (the last stage one '
+               'window, as the published Swin weights)', 'stochastic_depth '
+               f'{config["stochastic_depth"]} (timm\'s default; training only)']
+  else:
+    raise CheckpointError('not a ViT, hybrid, Mixer, ResNet or Swin checkpoint: it has none of '
+                          'embedding/ + Transformer/encoderblock_0/, stem/ + MixerBlock_0/, '
+                          'conv_root/ without embedding/, patch_embed/ + layers_0_blocks_0/.')
+  config['model_name'] = _matching_preset(config) or _custom_name(config)
+  stride = presets.token_stride(config)
+  image_size = grid[0] * stride if grid and grid[0] == grid[1] else None
+  if presets.is_swin(config):
+    image_size = presets.finetune_resolution(config)
+  return Architecture(config=ml_collections.ConfigDict(config), num_classes=num_classes,
+                      grid=grid, image_size=image_size, assumed=tuple(assumed))
+
+
+def conform(arch: Architecture, declared: Any, declared_name: str) -> Architecture:
+  """`arch` completed by a declared model config (run metadata, --model) that fits the file.
+
+  The declared config decides what shapes cannot (dropout, classifier, sincos2d vs none,
+  model_name, ViT extras); the file's shapes decide the rest.
+
+  Raises:
+    CheckpointError: one line naming the first field where `declared` contradicts the file.
+  """
+  problem = first_difference(arch.config, declared, declared_name)
+  if problem:
+    raise CheckpointError(problem)
+  config = plain_config(declared)
+  if not (presets.is_mixer(config) or presets.is_resnet(config) or presets.is_swin(config)):
+    config = full_vit_config(config)
+    found = plain_config(arch.config)
+    config['representation_size'] = found['representation_size']
+    if found['posemb'] in ('learn', 'learn_2d'):
+      config['posemb'] = found['posemb']
+  config['model_name'] = config.get('model_name') or arch.config.model_name
+  return dataclasses.replace(arch, config=ml_collections.ConfigDict(config), assumed=())
+

@@ -1,0 +1,186 @@
+"""Where checkpoints are: published names and folders, HTTP download and the local cache.
+
+A checkpoint is named by a local .npz, a run directory (its `params.npz`), a gs:// or https://
+address (downloaded once into the cache, `checkpoints/` beside the package or
+`$VIT_JAX_CHECKPOINTS`), a published name ('ViT-B_16', 'augreg/<file stem>'; the folders are
+`presets.PUBLISHED_DIRS`) or a timm-format source (`timm_files.is_timm_source`). The AugReg
+folder's index.csv picks the best file of a model, as the official code does.
+"""
+
+import csv
+import http.client
+import os
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any, Optional
+
+from absl import logging
+
+from vit_jax import presets
+from vit_jax.checkpoints import timm_files
+from vit_jax.checkpoints.npz_format import CheckpointError
+
+# What a run exports beside its metadata (train.py writes both into the run directory).
+PARAMS_FILE = 'params.npz'
+METADATA_FILE = 'metadata.json'
+
+
+def default_cache_dir() -> str:
+  """`$VIT_JAX_CHECKPOINTS`, else the `checkpoints/` folder beside the `vit_jax` package."""
+  here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  return os.environ.get('VIT_JAX_CHECKPOINTS', os.path.join(here, 'checkpoints'))
+
+
+def is_remote(path: str) -> bool:
+  """gs://, http:// and https:// paths are downloaded into the cache; others are local."""
+  return path.startswith(('gs://', 'http://', 'https://'))
+
+
+def https_url(path: str) -> str:
+  """gs://bucket/key → the bucket's public https address (no credentials needed)."""
+  if path.startswith('gs://'):
+    return 'https://storage.googleapis.com/' + path[len('gs://'):]
+  return path
+
+
+def cache_path(path: str, cache_dir: Optional[str] = None) -> str:
+  """Local cache file of a remote checkpoint, keeping bucket/host and folders apart."""
+  parsed = urllib.parse.urlparse(path)
+  return os.path.join(cache_dir or default_cache_dir(), parsed.netloc, parsed.path.lstrip('/'))
+
+
+def download(url: str, dest: str, *, progress: bool = True) -> str:
+  """Downloads `url` to `dest` atomically: a cut download never poses as a finished file."""
+  os.makedirs(os.path.dirname(dest) or '.', exist_ok=True)
+  tmp = f'{dest}.tmp-{os.getpid()}'
+  try:
+    with urllib.request.urlopen(url, timeout=60) as response, open(tmp, 'wb') as out:
+      total = int(response.headers.get('Content-Length') or 0)
+      _copy_with_progress(response, out, total, os.path.basename(dest), progress)
+    if total and os.path.getsize(tmp) != total:
+      raise CheckpointError(f'download of {url} stopped at {os.path.getsize(tmp)} of {total} '
+                            'bytes; run again to retry.')
+    os.replace(tmp, dest)
+  except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+    raise CheckpointError(
+        f'Could not download {url} ({getattr(e, "reason", e)}). Without internet, copy the file '
+        f'to {dest} or point the config at a local file (--config.pretrained_dir=DIR).') from None
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+  return dest
+
+
+def _copy_with_progress(src, dst, total: int, label: str, progress: bool) -> None:
+  import tqdm  # Only needed when downloading.
+  with tqdm.tqdm(total=total or None, unit='B', unit_scale=True, desc=label,
+                 disable=not progress, file=sys.stderr) as bar:
+    while chunk := src.read(1 << 20):
+      dst.write(chunk)
+      bar.update(len(chunk))
+
+
+def resolve(path: str, cache_dir: Optional[str] = None) -> str:
+  """A local file for `path`: itself, or its cached download (fetched once) if remote."""
+  if is_remote(path):
+    local = cache_path(path, cache_dir)
+    if not os.path.exists(local):
+      logging.info('Downloading %s to %s', path, local)
+      download(https_url(path), local)
+    return local
+  if not os.path.isfile(path):
+    raise CheckpointError(
+        f'Could not find checkpoint "{path}". Download it from '
+        f'{presets.DEFAULT_PRETRAINED_DIR} (see checkpoints/README.md) or set '
+        '--config.pretrained_dir to the folder that has it.')
+  return path
+
+
+def resolve_name(path_or_name: str) -> str:
+  """The .npz path or URL that `path_or_name` stands for (nothing is downloaded yet).
+
+  Accepts a local .npz, a run directory (its `params.npz`), a gs:// or https:// URL, or a
+  published name: 'ViT-B_16' (from `presets.DEFAULT_NAMED_COLLECTION`), '<collection>/<file stem>'
+  with a collection of `presets.PUBLISHED_DIRS` ('imagenet21k/ViT-L_16', 'augreg/S_16-i21k-...').
+  timm-format sources (hub folder, `.safetensors` file, `hf-hub:` name) stand for themselves.
+  """
+  if is_remote(path_or_name) or timm_files.is_timm_source(path_or_name):
+    return path_or_name
+  if os.path.isdir(path_or_name):
+    path = os.path.join(path_or_name, PARAMS_FILE)
+    if not os.path.isfile(path):
+      raise CheckpointError(f'Run directory "{path_or_name}" has no {PARAMS_FILE} (a run writes '
+                            'it when training ends); pass an .npz file or a finished run.')
+    return path
+  if os.path.exists(path_or_name):
+    return path_or_name
+  collection, _, name = path_or_name.rpartition('/')
+  if not name.endswith('.npz') and collection in ('', *presets.PUBLISHED_DIRS):
+    return f'{presets.PUBLISHED_DIRS[collection or presets.DEFAULT_NAMED_COLLECTION]}/{name}.npz'
+  return path_or_name
+
+
+def pretrained_path(config: Any) -> Optional[str]:
+  """The .npz a fine-tuning run starts from, or None to train from scratch.
+
+  `config.pretrained_path` (file, run directory, URL or published name) wins; else
+  `config.pretrained_dir`/<name>.npz with the name `config.model_or_filename` (an AugReg model
+  name like 'B_16' picks its best i21k file from the folder's index.csv, as officially) or the
+  model's `model_name`.
+  """
+  if config.pretrained_path:
+    return resolve_name(config.pretrained_path)
+  directory = config.pretrained_dir
+  if not directory:
+    return None
+  name = config.model_or_filename or config.model.model_name
+  if config.model_or_filename and '-' not in name:
+    name = best_augreg_filename(name, directory)
+  return f'{directory.rstrip("/")}/{name}.npz'
+
+
+def check_available(path: str, cache_dir: Optional[str] = None) -> Optional[str]:
+  """None if `path` can be loaded (local, cached, or reachable remote), else why not.
+
+  A cheap pre-flight (a HEAD request for remote files) so a run can report every missing input
+  at once before spending time on data or compilation.
+  """
+  if timm_files.is_timm_source(path):
+    # Hub names are fetched (or found offline in huggingface_hub's cache) when loading.
+    return None if path.startswith(timm_files.HF_PREFIX) or os.path.exists(path) else (
+        f'timm checkpoint "{path}" not found: pass a hub folder (config.json + '
+        'model.safetensors), a .safetensors file or hf-hub:timm/<name>')
+  if not is_remote(path):
+    return None if os.path.isfile(path) else (
+        f'checkpoint "{path}" not found: download it from {presets.DEFAULT_PRETRAINED_DIR} '
+        '(see checkpoints/README.md) or set --config.pretrained_path / --config.pretrained_dir')
+  if os.path.exists(cache_path(path, cache_dir)):
+    return None
+  try:
+    request = urllib.request.Request(https_url(path), method='HEAD')
+    with urllib.request.urlopen(request, timeout=20):
+      return None
+  except (urllib.error.URLError, OSError) as e:
+    return (f'checkpoint {path} cannot be downloaded ({getattr(e, "reason", e)}): copy it to '
+            f'{cache_path(path, cache_dir)} or pass --config.pretrained_path=/local/file.npz')
+
+
+
+def best_augreg_filename(name: str, directory: str = presets.PUBLISHED_DIRS['augreg'],
+                         cache_dir: Optional[str] = None) -> str:
+  """The AugReg ImageNet-21k pre-training file of model `name` (e.g. 'B_16') with the best
+  final upstream validation accuracy, read from `directory`/index.csv (as the official code).
+  """
+  with open(resolve(f'{directory.rstrip("/")}/index.csv', cache_dir), newline='') as f:
+    rows = [row for row in csv.DictReader(f)
+            if row['filename'].split('-')[0] == name and row['ds'] == 'i21k']
+  if not rows:
+    raise CheckpointError(f'No i21k AugReg checkpoint for {name!r} in {directory}/index.csv; '
+                          'pass the full file name (without .npz) instead.')
+  best = max(rows, key=lambda row: float(row['final_val']))
+  logging.info('AugReg: picked %s for %s (final_val=%s).', best['filename'], name,
+               best['final_val'])
+  return best['filename']
+

@@ -1,0 +1,177 @@
+"""Checkpoint surgery: pure functions that fit a loaded param tree to a model.
+
+New heads, dropped `pre_logits`, position embeddings resized to the model's token grid
+(bilinear, as the official code), Swin relative-position tables resized as timm does, dtypes
+cast, and one short error naming the first differences when the trees still do not match.
+`checkpoint.load_pretrained` and `loading.load_model` are built from these.
+"""
+
+from typing import Any, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+from absl import logging
+
+from vit_jax import presets
+from vit_jax.checkpoints import npz_format
+from vit_jax.checkpoints import swin_timm
+from vit_jax.checkpoints.npz_format import CheckpointError, Params
+
+
+def _square_grid(num_tokens: int, what: str) -> Tuple[int, int]:
+  """(side, side) of `num_tokens` grid tokens; a CheckpointError naming `what` if not square."""
+  side = presets.square_side(num_tokens)
+  if side is None:
+    raise CheckpointError(f'{what} has {num_tokens} grid tokens, which is not a square grid; '
+                          'pass its grid shape explicitly.')
+  return side, side
+
+
+def _names(items: Sequence[str], limit: int) -> str:
+  shown = ', '.join(items[:limit])
+  return f'{shown}, ...' if len(items) > limit else shown
+
+
+def check_tree(params: Mapping[str, Any], expected: Mapping[str, Any], source: str) -> None:
+  """Raises one short CheckpointError (counts, first names, likely cause) if the trees differ."""
+  got = {k: np.shape(v) for k, v in npz_format.flatten(params).items()}
+  want = {k: np.shape(v) for k, v in npz_format.flatten(expected).items()}
+  missing = sorted(want.keys() - got.keys())
+  extra = sorted(got.keys() - want.keys())
+  misshaped = [f'{k} {got[k]} vs model {want[k]}' for k in sorted(got.keys() & want.keys())
+               if got[k] != want[k]]
+  if not (missing or extra or misshaped):
+    return
+  cause = ('a checkpoint of another model or classifier' if missing or extra
+           else 'another width, depth or resolution')
+  where = source if len(source) <= 48 else '...' + source[-45:]
+  for limit in (3, 2, 1, 0):  # As many names as fit in ~300 characters.
+    parts = [f'{len(items)} {label}' + (f' ({_names(items, limit)})' if limit else '')
+             for label, items in (('missing', missing), ('extra', extra),
+                                  ('misshaped', misshaped)) if items]
+    message = f'{where} does not fit the model: {"; ".join(parts)}; likely {cause}.'
+    if len(message) <= 300:
+      break
+  raise CheckpointError(message)
+
+
+def _params_prefix_tokens(params: Mapping[str, Any]) -> int:
+  return (int('cls' in params) + int('dist' in params)
+          + (np.shape(params['reg'])[1] if 'reg' in params else 0))
+
+
+
+def resize_posemb(posemb: np.ndarray, new_grid: Sequence[int], *, num_prefix_tokens: int,
+                  old_grid: Optional[Sequence[int]] = None) -> np.ndarray:
+  """Bilinearly resizes a (1, prefix + gh*gw, D) position embedding to `new_grid`.
+
+  The prefix rows (class token) are kept as they are; the grid is resized like the official
+  code, `scipy.ndimage.zoom(order=1)` (corners aligned), separately per axis so non-square
+  grids (e.g. 24x32 for a 384x512 input) work.
+  """
+  posemb = np.asarray(posemb)
+  if posemb.ndim != 3 or posemb.shape[0] != 1:
+    raise CheckpointError(f'position embedding must be (1, tokens, D), got {posemb.shape}')
+  prefix, grid = posemb[:, :num_prefix_tokens], posemb[0, num_prefix_tokens:]
+  gh, gw = old_grid or _square_grid(len(grid), 'the checkpoint position embedding')
+  if gh * gw != len(grid):
+    raise CheckpointError(f'old grid {gh}x{gw} does not match {len(grid)} position embeddings')
+  nh, nw = new_grid
+  if (nh, nw) != (gh, gw):
+    logging.info('Resizing position embeddings from a %dx%d to a %dx%d grid.', gh, gw, nh, nw)
+    import scipy.ndimage  # Only needed when resizing; keeps config loading light.
+    grid = scipy.ndimage.zoom(grid.reshape(gh, gw, -1), (nh / gh, nw / gw, 1), order=1)
+  return np.concatenate([prefix, grid.reshape(1, nh * nw, -1)], axis=1)
+
+
+def fit_posemb(params: Params, model_config: Any, grid_shape: Sequence[int]) -> Params:
+  """`params` with position embeddings fitted to a (rows, cols) token grid (a shallow copy).
+
+  The one place tables are fitted (fine-tuning and the tools): a 1-D learned table ('learn')
+  is resized bilinearly as officially, its grid taken as square; 2-D tables ('learn_2d') per
+  axis; class-token rows stay. A file whose class-token count differs from the model's is
+  returned unchanged, for `check_tree` to name the difference.
+  """
+  posembed = params.get('Transformer', {}).get('posembed_input') if 'Transformer' in params \
+      else None
+  if not posembed:  # Mixer, ResNet, or no learned position embeddings: nothing to fit.
+    return params
+  if presets.num_prefix_tokens(model_config) != _params_prefix_tokens(params):
+    return params
+  prefix = presets.posemb_prefix_tokens(model_config)
+  gh, gw = grid_shape
+  fitted = dict(posembed)
+  if 'pos_embedding' in posembed:
+    n = np.shape(posembed['pos_embedding'])[1] - prefix
+    side = presets.square_side(n)
+    if n != gh * gw or (side is not None and (side, side) != (gh, gw)):
+      logging.info('Fitting position embeddings of %d grid tokens to a %dx%d grid.', n, gh, gw)
+      fitted['pos_embedding'] = resize_posemb(posembed['pos_embedding'], (gh, gw),
+                                              num_prefix_tokens=prefix)
+  for name, size in (('pos_embedding_row', gh), ('pos_embedding_col', gw)):
+    if name in posembed and np.shape(posembed[name])[0] != size:
+      table = np.asarray(posembed[name])
+      fitted[name] = resize_posemb(table[None], (size, 1), num_prefix_tokens=0,
+                                   old_grid=(len(table), 1))[0]
+  return {**params, 'Transformer': {**params['Transformer'], 'posembed_input': fitted}}
+
+
+def _posemb_grid(params: Mapping[str, Any], model_config: Any) -> Optional[Tuple[int, int]]:
+  """The token grid a param tree's position embeddings are for (1-D tables: square)."""
+  posembed = params.get('Transformer', {}).get('posembed_input', {})
+  if 'pos_embedding_row' in posembed:
+    return len(posembed['pos_embedding_row']), len(posembed['pos_embedding_col'])
+  if 'pos_embedding' in posembed:
+    n = np.shape(posembed['pos_embedding'])[1] - presets.posemb_prefix_tokens(model_config)
+    return _square_grid(n, 'the model')
+  return None
+
+
+
+def _new_heads(restored: Params, init_params: Mapping[str, Any], source: str, *,
+               keep_head: bool) -> Params:
+  """The model's fresh heads (`head`, and DeiT's `head_dist`), or the file's with keep_head."""
+  restored = dict(restored)
+  for name in ('head', 'head_dist'):
+    head = restored.pop(name, None)
+    if name not in init_params:
+      continue
+    fits = head is not None and all(
+        np.shape(head.get(k)) == np.shape(v) for k, v in init_params[name].items())
+    if keep_head and not fits:
+      raise CheckpointError(f'keep_head: the {name} of {source} does not fit the model '
+                            '(another number of classes); set keep_head=False for a new head.')
+    restored[name] = head if keep_head else init_params[name]
+  return restored
+
+
+def _cast_like(params: Mapping[str, Any], like: Mapping[str, Any]) -> Params:
+  if isinstance(params, Mapping):
+    return {k: _cast_like(v, like[k]) for k, v in params.items()}
+  return np.asarray(params, dtype=like.dtype) if hasattr(like, "dtype") else params
+
+
+
+
+def fit_to_model(restored: Params, init_params: Mapping[str, Any], model_config: Any,
+                 source: str, *, grid_shape: Optional[Sequence[int]] = None,
+                 keep_head: bool = False) -> Params:
+  """`restored` (a pretrained tree) fitted to the model of `init_params` (official semantics).
+
+  The head comes from `init_params` unless `keep_head`; `representation_size=None` drops
+  `pre_logits`; position embeddings are fitted to `grid_shape` (else the model's, square);
+  Swin tables to the model's window. Anything else that does not fit raises one short error.
+  """
+  restored = _new_heads(restored, init_params, source, keep_head=keep_head)
+  if model_config.get('representation_size') is None and 'pre_logits' in restored:
+    logging.info('load_pretrained: dropping pre_logits (representation_size=None).')
+    del restored['pre_logits']
+  elif 'pre_logits' in init_params and 'pre_logits' not in restored:
+    logging.warning('load_pretrained: %s has no pre_logits; using a fresh one.', source)
+    restored['pre_logits'] = init_params['pre_logits']
+  grid = grid_shape or _posemb_grid(init_params, model_config)
+  if grid is not None:
+    restored = fit_posemb(restored, model_config, grid)
+  if presets.is_swin(model_config):  # Another window or resolution: tables resized as timm.
+    restored = swin_timm.fit_relative_position_tables(restored, init_params)
+  check_tree(restored, init_params, source)
+  return _cast_like(restored, init_params)

@@ -1,0 +1,99 @@
+"""Writes this package's ViTs as timm hub folders (config.json + model.safetensors).
+
+`timm.create_model(architecture, pretrained=True, pretrained_cfg_overlay=dict(file=...),
+**model_args)` (both from the written config.json) then loads them in PyTorch.
+"""
+
+import json
+import math
+import os
+from typing import Any, Dict, Mapping, Sequence, Tuple
+
+from vit_jax import presets
+from vit_jax.checkpoints import npz_format
+from vit_jax.checkpoints import timm_vit
+from vit_jax.checkpoints.timm_files import CONFIG_FILE, WEIGHTS_FILE, TimmFormatError
+
+
+def _timm_pool(classifier: str) -> Tuple[bool, str]:
+  """(class_token, global_pool) of timm for a `classifier` value."""
+  return {'token': (True, 'token'), 'token_gap': (True, 'avg'), 'gap': (False, 'avg'),
+          'map': (False, 'map'), 'token_unpooled': (True, ''),
+          'unpooled': (False, '')}[classifier]
+
+
+def timm_model_args(model_config: Mapping[str, Any], num_classes: int,
+                    image_size: int) -> Tuple[str, Dict[str, Any]]:
+  """(architecture, model_args) for `timm.create_model(architecture, **model_args)`.
+
+  The architecture is the config's `model_name` when it is a timm name (its LayerNorm epsilon
+  comes from there), else timm's ViT-B/16 (DeiT's distilled one) with every size overridden.
+
+  Raises:
+    TimmFormatError: for what timm's ViT cannot hold (hybrids, pre_logits, 2-D or sin-cos
+      position embeddings, a LayerNorm epsilon its architecture does not have).
+  """
+  c = model_config
+  problem = ('a ResNet stem' if c.get('resnet') else
+             'pre_logits' if c.get('representation_size') is not None else
+             f'posemb {c.get("posemb")}' if c.get('posemb', 'learn') not in ('learn', 'none')
+             else None)
+  name = str(c.get('model_name') or '')
+  if not name.startswith(('vit_', 'deit_', 'deit3_')):
+    name = 'deit_base_distilled_patch16_224' if c.get('distilled') else 'vit_base_patch16_224'
+  eps = 1e-5 if '_clip_' in name else 1e-6
+  if problem is None and not math.isclose(c.get('layer_norm_eps', 1e-6), eps):
+    problem = f'LayerNorm epsilon {c.get("layer_norm_eps")} with architecture {name}'
+  if problem is None and c.get('patch_bias', True) == c.get('norm_pre', False):
+    problem = 'a patch-embedding bias together with norm_pre, or neither (timm: one of them)'
+  if problem:
+    raise TimmFormatError(f'timm\'s ViT cannot represent this model ({problem}).')
+  class_token, pool = _timm_pool(c['classifier'])
+  t = c['transformer']
+  args = dict(
+      img_size=int(image_size), patch_size=int(c['patches']['size'][0]),
+      embed_dim=int(c['hidden_size']), depth=int(t['num_layers']),
+      num_heads=int(t['num_heads']), mlp_ratio=t['mlp_dim'] / c['hidden_size'],
+      num_classes=int(num_classes), class_token=class_token, global_pool=pool,
+      act_layer=c.get('activation', 'gelu_tanh'), qkv_bias=True,
+      init_values=c.get('layer_scale') or None, reg_tokens=int(c.get('num_registers', 0)),
+      no_embed_class=bool(c.get('no_embed_class')), pre_norm=bool(c.get('norm_pre')),
+      fc_norm=bool(c.get('fc_norm')))
+  if c.get('posemb') == 'none':
+    args['pos_embed'] = 'none'
+  return name, args
+
+
+def export(params: Mapping[str, Any], model_config: Mapping[str, Any], directory: str, *,
+           num_classes: int, image_size: int, mean: Sequence[float] = presets.OFFICIAL_MEAN,
+           std: Sequence[float] = presets.OFFICIAL_STD) -> str:
+  """Writes `params` as a timm hub folder (config.json + model.safetensors); returns its path.
+
+  `timm.create_model(architecture, pretrained=True, pretrained_cfg_overlay=dict(file=
+  <folder>/model.safetensors), **model_args)` (both from config.json) or
+  `timm.create_model('local-dir:<folder>', pretrained=True)` then loads it.
+  """
+  from safetensors.numpy import save_file
+  name, args = timm_model_args(model_config, num_classes, image_size)
+  state = timm_vit.vit_flat_to_state(npz_format.flatten(params))
+  config = dict(
+      architecture=name, num_classes=int(num_classes), num_features=int(args['embed_dim']),
+      global_pool=args['global_pool'], model_args=args,
+      pretrained_cfg=dict(input_size=[3, int(image_size), int(image_size)],
+                          fixed_input_size=True, interpolation='bilinear', crop_pct=1.0,
+                          crop_mode='center', mean=list(mean), std=list(std),
+                          num_classes=int(num_classes), first_conv='patch_embed.proj',
+                          classifier='head'))
+  os.makedirs(directory, exist_ok=True)
+  for filename, write in ((WEIGHTS_FILE, lambda p: save_file(state, p)),
+                          (CONFIG_FILE, lambda p: _write_json(config, p))):
+    path = os.path.join(directory, filename)
+    tmp = f'{path}.tmp-{os.getpid()}'
+    write(tmp)
+    os.replace(tmp, path)
+  return directory
+
+
+def _write_json(data: Any, path: str) -> None:
+  with open(path, 'w', encoding='utf-8') as f:
+    json.dump(data, f, indent=2)
