@@ -207,3 +207,33 @@ def test_attention_weights_match_a_manual_computation(saved):
 def test_make_feature_fn_rejects_mixer():
   with pytest.raises(ValueError, match='Vision Transformer'):
     features.make_feature_fn(models.get_model('Mixer-B_16', num_classes=2))
+
+
+README_SNIPPET_BEFORE_LAYERS = """\
+from vit_jax import features
+m = features.load_model('ViT-B_16')
+images = features.load_images(['cat.jpg'], m.image_size)
+logits = m.model.apply({'params': m.params}, images, train=False)
+"""
+
+
+def readme_python_snippet():
+  with open(os.path.join(os.path.dirname(os.path.dirname(__file__)), 'README.md')) as f:
+    text = f.read()
+  return text.split('```python\n', 1)[1].split('```', 1)[0]
+
+
+@pytest.mark.parametrize('snippet', ['readme', 'before_layers'])
+def test_readme_python_snippet_runs_and_so_does_its_old_spelling(saved, tmp_path, snippet):
+  """The README's snippet as printed (ViT-B_16 → a small npz, cat.jpg → a written image), and
+  the spelling from before vit_jax had subpackages (`vit_jax.features`), give the same logits."""
+  code = readme_python_snippet() if snippet == 'readme' else README_SNIPPET_BEFORE_LAYERS
+  assert "load_model('ViT-B_16')" in code and "'cat.jpg'" in code
+  image = write_images(tmp_path)[0]
+  code = code.replace("'ViT-B_16'", repr(saved[0])).replace("'cat.jpg'", repr(image))
+  scope = {}
+  exec(compile(code, 'README.md', 'exec'), scope)  # noqa: S102
+  loaded = loading.load_model(saved[0])
+  expected = loaded.model.apply({'params': loaded.params},
+                                image_ops.load_images([image], loaded.image_size), train=False)
+  np.testing.assert_allclose(scope['logits'], expected, rtol=1e-6, atol=1e-6)

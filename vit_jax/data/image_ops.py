@@ -14,7 +14,7 @@ from typing import Callable, Dict, Sequence
 import numpy as np
 from absl import logging
 
-from vit_jax.checkpoints import timm_format
+from vit_jax import presets
 
 # Files the tools read as images (by name). Pillow reads those TF cannot (TIFF, 16-bit PNG...).
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.gif', '.bmp', '.webp', '.tif', '.tiff')
@@ -53,7 +53,7 @@ def resize(image, size: int):
 
 def is_official_normalization(mean: Sequence[float], std: Sequence[float]) -> bool:
   """Whether (mean, std) is the official 0.5/0.5, i.e. inputs in [-1, 1]."""
-  return tuple(mean) == timm_format.OFFICIAL_MEAN and tuple(std) == timm_format.OFFICIAL_STD
+  return tuple(mean) == presets.OFFICIAL_MEAN and tuple(std) == presets.OFFICIAL_STD
 
 
 def make_normalize(mean: Sequence[float], std: Sequence[float]) -> Callable:
@@ -113,8 +113,8 @@ def _read_image_pil(path: str) -> np.ndarray:
 
 
 def preprocess(image: np.ndarray, image_size: int,
-               mean: Sequence[float] = timm_format.OFFICIAL_MEAN,
-               std: Sequence[float] = timm_format.OFFICIAL_STD) -> np.ndarray:
+               mean: Sequence[float] = presets.OFFICIAL_MEAN,
+               std: Sequence[float] = presets.OFFICIAL_STD) -> np.ndarray:
   """uint8 RGB (H, W, 3) → float32 (size, size, 3), exactly as the eval pipeline does it.
 
   `resize` (the whole image to a square, no crop, as the official eval) then `make_normalize`:
@@ -125,8 +125,8 @@ def preprocess(image: np.ndarray, image_size: int,
 
 
 def load_images(paths: Sequence[str], image_size: int,
-                mean: Sequence[float] = timm_format.OFFICIAL_MEAN,
-                std: Sequence[float] = timm_format.OFFICIAL_STD) -> np.ndarray:
+                mean: Sequence[float] = presets.OFFICIAL_MEAN,
+                std: Sequence[float] = presets.OFFICIAL_STD) -> np.ndarray:
   """Reads and preprocesses `paths` into one (len(paths), size, size, 3) float32 batch."""
   return np.stack([preprocess(read_image(p), image_size, mean, std) for p in paths])
 
