@@ -9,7 +9,7 @@ bit. TensorFlow is imported on first use, so the tools' `--help` stays fast.
 import functools
 import os
 import threading
-from typing import Callable, Dict, Sequence
+from typing import Callable, Dict, List, Sequence
 
 import numpy as np
 from absl import logging
@@ -223,3 +223,23 @@ def _count_unreadable(name: bytes) -> np.bool_:
     logging.warning('Skipped %d unreadable image file(s) in %s so far (not a complete '
                     'JPEG/PNG/WebP/BMP), e.g. %s: delete or replace them.', count, folder, path)
   return np.bool_(False)
+
+
+def list_images(paths: Sequence[str]) -> List[str]:
+  """Files named, plus image files in named folders (recursively, sorted)."""
+  if not paths:
+    raise ValueError('No images given: pass image files or folders after the flags.')
+  found = []
+  for path in paths:
+    if os.path.isdir(path):
+      inside = sorted(os.path.join(root, name) for root, _, names in os.walk(path)
+                      for name in names if name.lower().endswith(IMAGE_EXTENSIONS))
+      if not inside:
+        raise ValueError(f'Folder "{path}" has no image files '
+                         f'({", ".join(IMAGE_EXTENSIONS)}).')
+      found.extend(inside)
+    elif os.path.isfile(path):
+      found.append(path)
+    else:
+      raise ImageError(f'Could not find image "{path}"; check the path.')
+  return found

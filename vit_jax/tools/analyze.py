@@ -29,7 +29,6 @@ from vit_jax.data import image_ops
 from vit_jax.tools import cli
 from vit_jax.tools import features
 from vit_jax import models
-from vit_jax.tools import predict
 from vit_jax import presets
 from vit_jax.checkpoints import loading
 
@@ -237,7 +236,7 @@ def _load_inputs(paths: Sequence[str], loaded: loading.LoadedModel
                  ) -> Tuple[List[str], np.ndarray, str]:
   size = loaded.image_size
   if paths:
-    files = predict.list_images(paths)
+    files = image_ops.list_images(paths)
     return (files, image_ops.load_images(files, loaded.image_size, loaded.mean, loaded.std),
             'images given on the command line')
   samples, note = sample_images(size)

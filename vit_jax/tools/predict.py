@@ -73,26 +73,6 @@ def load_labels(labels: Optional[str], num_classes: int,
   return names
 
 
-def list_images(paths: Sequence[str]) -> List[str]:
-  """Files named, plus image files in named folders (recursively, sorted)."""
-  if not paths:
-    raise ValueError('No images given: pass image files or folders after the flags.')
-  found = []
-  for path in paths:
-    if os.path.isdir(path):
-      inside = sorted(os.path.join(root, name) for root, _, names in os.walk(path)
-                      for name in names if name.lower().endswith(image_ops.IMAGE_EXTENSIONS))
-      if not inside:
-        raise ValueError(f'Folder "{path}" has no image files '
-                         f'({", ".join(image_ops.IMAGE_EXTENSIONS)}).')
-      found.extend(inside)
-    elif os.path.isfile(path):
-      found.append(path)
-    else:
-      raise image_ops.ImageError(f'Could not find image "{path}"; check the path.')
-  return found
-
-
 def top_k(logits: np.ndarray, k: int) -> tuple:
   """(indices, softmax probabilities) of the k largest logits per row, best first."""
   logits = np.asarray(logits, np.float64)
@@ -141,7 +121,7 @@ def main(argv: Sequence[str]) -> None:
                      'ViT-B_16).')
   if _TOP_K.value < 1 or batch_size < 1:
     raise ValueError('--top_k and --batch_size must be at least 1.')
-  paths = list_images(argv[1:])
+  paths = image_ops.list_images(argv[1:])
   loaded = loading.load_model(checkpoint, cli.MODEL.value, cli.IMAGE_SIZE.value)
   if loaded.head_is_zero:
     logging.warning('%s has an all-zero head (a pre-training file): every class gets the same '
