@@ -13,11 +13,14 @@ import numpy as np
 import pytest
 
 from vit_jax import checkpoint
+from vit_jax.checkpoints import resume
 from vit_jax import config_lib
 from vit_jax import main
 from vit_jax import models
+from vit_jax.training import losses
 from vit_jax.training import optim
 from vit_jax.training import parallel
+from vit_jax.training import stages
 from vit_jax import train
 
 
@@ -129,8 +132,8 @@ def test_extending_stage_1_restarts_stage_2_from_the_new_export(tmp_path, mock_c
   train.pretrain_then_finetune(config, str(tmp_path))
   moved = str(tmp_path / 'finetune.from-stage1-step6')
   assert_trees_close(final_params(moved), old_fine, atol=0)  # Kept whole, not deleted.
-  recorded = json.load(open(tmp_path / 'finetune' / train.STAGE1_FILE))
-  assert recorded == train.stage1_source(str(tmp_path / 'pretrain' / 'params.npz'), 8)
+  recorded = json.load(open(tmp_path / 'finetune' / stages.STAGE1_FILE))
+  assert recorded == stages.stage1_source(str(tmp_path / 'pretrain' / 'params.npz'), 8)
   new_fine = checkpoint.flatten(final_params(str(tmp_path / 'finetune')))
   assert any(np.any(new_fine[key] != value)  # Fine-tuned again, not the old export.
              for key, value in checkpoint.flatten(old_fine).items())
@@ -145,7 +148,7 @@ def test_accumulation_equals_full_batch_gradient():
   params = jax.tree.map(lambda x: x + 0.05, params)
 
   def loss_fn(p, x, y, key):
-    return train.compute_loss(model.apply({'params': p}, x, train=False), y).mean()
+    return losses.compute_loss(model.apply({'params': p}, x, train=False), y).mean()
 
   full = train.accumulate_gradient(loss_fn, params, images, labels, jax.random.key(0), 1)
   accum = train.accumulate_gradient(loss_fn, params, images, labels, jax.random.key(0), 4)
@@ -289,7 +292,7 @@ def test_ema_run_exports_the_average_and_reports_the_raw_accuracy(tmp_path, mock
   train.train_and_evaluate(make_config(eval_every=0), plain)
   result = train.train_and_evaluate(make_config(eval_every=0, ema_decay=0.5), averaged)
   # The average does not change training: its raw weights are the plain run's.
-  state = train.make_checkpoint_manager(averaged, make_config()).restore(6)
+  state = resume.make_checkpoint_manager(averaged, make_config()).restore(6)
   assert_trees_close(jax.device_get(state['params']), final_params(plain))
   assert_trees_close(jax.device_get(state['ema_params']), final_params(averaged))
   flat_plain = checkpoint.flatten(final_params(plain))
