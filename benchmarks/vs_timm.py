@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from absl import flags
 
-from vit_jax import hugepages
+import hugepages  # benchmarks/hugepages.py, beside this script.
 
 _MARK = '@@bench '
 
@@ -58,8 +58,8 @@ def define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_bool('check', False, 'Compare logits/gradients of "ours" with "plain".',
                     flag_values=fv)
   flags.DEFINE_enum('hugepages', 'ours', ['ours', 'all', 'none'],
-                    'Workers started with glibc.malloc.hugetlb=1 (vit_jax.hugepages; what '
-                    'vit_jax.main sets for itself): "ours" only, all (timm and plain too, the '
+                    'Workers started with glibc.malloc.hugetlb=1 (what scripts/hugepages.sh '
+                    'sets for vit_jax.main): "ours" only, all (timm and plain too, the '
                     'like-for-like runtime), or none.', flag_values=fv)
   flags.DEFINE_integer('repeats', 5, 'Timed steps per variant (after warm-up).', flag_values=fv)
   flags.DEFINE_integer('warmup', 2, 'Untimed steps per variant after compiling.', flag_values=fv)
@@ -329,12 +329,8 @@ class Worker:
            f'--mode={mode}']
     # Several JAX workers share one accelerator: none may grab most of its memory up front.
     env = {'XLA_PYTHON_CLIENT_PREALLOCATE': 'false', **os.environ}
-    if huge:
-      env = hugepages.environment_with_hugepages(
-          env, hugepages.thp_mode(), hugepages.glibc_version()) or env
-    else:
-      env = hugepages.environment_without_hugepages(env)
-    self.hugepages = hugepages.SETTING in env.get(hugepages.TUNABLES, '')
+    env = (hugepages.with_hugepages if huge else hugepages.without_hugepages)(env)
+    self.hugepages = hugepages.active(env)
     self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                  env=env)
     self.info: Dict[str, Any] = {}

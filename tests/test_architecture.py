@@ -390,16 +390,16 @@ def test_fine_tuning_a_described_file_with_another_posemb_warns(tmp_path, caplog
 def test_fine_tuning_a_file_without_a_model_name_builds_the_described_model(tmp_path, caplog):
   """configs/hub.py (model read from --config.pretrained_path) on a renamed posemb='none'
   export: the embedded description decides (it built sincos2d); a bare copy warns ONCE."""
-  from vit_jax import train  # noqa: PLC0415  # TF-heavy import, only here.
+  from vit_jax.training import from_checkpoint  # noqa: PLC0415  # TF-heavy, only here.
   run, _, params = _exported_run(tmp_path, posemb='none')
   copy = tmp_path / 'fmnist_vit.npz'
   copy.write_bytes((run / 'params.npz').read_bytes())
   config = config_lib.get_config()
   config.pretrained_path = str(copy)
-  assert train.with_checkpoint_model(config).model.posemb == 'none'
+  assert from_checkpoint.with_checkpoint_model(config).model.posemb == 'none'
   bare = checkpoint.save(params, str(tmp_path / 'bare.npz'))
   config.pretrained_path = bare
   with caplog.at_level('WARNING'):
-    assert train.with_checkpoint_model(config).model.posemb == 'sincos2d'
+    assert from_checkpoint.with_checkpoint_model(config).model.posemb == 'sincos2d'
   warnings = [r.getMessage() for r in caplog.records if r.levelname == 'WARNING']
   assert len(warnings) == 1 and 'posemb sincos2d' in warnings[0] and 'bare.json' in warnings[0]

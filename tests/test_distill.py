@@ -15,6 +15,7 @@ from npz_fixtures import perturb
 from test_train import final_params, make_config
 from vit_jax import checkpoint
 from vit_jax.training import distill
+from vit_jax.training import losses
 from vit_jax import models
 from vit_jax.training import optim
 from vit_jax.training import parallel
@@ -53,7 +54,7 @@ def fixed_batch(n=8, classes=4, seed=0):
 def test_loss_equals_its_definition(kind, alpha, tau):
   logits, labels, teacher = fixed_batch()
   config = make_config(distill=dict(kind=kind, alpha=alpha, temperature=tau))
-  true = train.compute_loss(jnp.asarray(logits), jnp.asarray(labels))
+  true = losses.compute_loss(jnp.asarray(logits), jnp.asarray(labels))
   got = distill.distill_loss(config, jnp.asarray(logits), jnp.asarray(teacher), true)
   np.testing.assert_allclose(got, numpy_loss(logits, labels, teacher, kind, alpha, tau),
                              rtol=1e-5, atol=1e-6)
@@ -62,7 +63,7 @@ def test_loss_equals_its_definition(kind, alpha, tau):
 def test_hard_loss_with_a_teacher_that_agrees_is_the_true_loss():
   logits, labels, _ = fixed_batch()
   config = make_config()
-  true = train.compute_loss(jnp.asarray(logits), jnp.asarray(labels))
+  true = losses.compute_loss(jnp.asarray(logits), jnp.asarray(labels))
   np.testing.assert_allclose(distill.distill_loss(config, jnp.asarray(logits),
                                                   jnp.asarray(labels * 5.), true), true,
                              rtol=1e-6)

@@ -96,7 +96,7 @@ def page_commands(path):
 # Doc commands that are checked for their flags only, and why they do not run here.
 NOT_RUN = (
     (r'^python benchmarks/(vs_timm|scaling|root_conv|param_sharding|resume_time|'
-     r'input_pipeline)\.py',
+     r'input_pipeline|hugepages)\.py',
      'a benchmark: minutes of timing on the machine it measures (test_benchmark.py runs '
      'vs_timm small)'),
     (r'=(FILE|DIR|W|M|B|S)\b', 'a syntax line: FILE, DIR, W, M, B, S are placeholders'),

@@ -1,72 +1,76 @@
-"""vit_jax.hugepages: when vit_jax.main re-executes with huge pages, and that it does."""
+"""Huge pages for malloc: scripts/hugepages.sh (the launcher) and the benchmarks' environment."""
 
 import os
 import subprocess
 import sys
 import textwrap
 
-import pytest
+BENCHMARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'benchmarks')
+LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'scripts',
+                        'hugepages.sh')
+sys.path.insert(0, BENCHMARKS)
+import hugepages  # noqa: E402  # benchmarks/hugepages.py, not part of the package.
 
-from vit_jax import hugepages
 
-GLIBC = (2, 36)
-
-
-def test_adds_the_tunable_in_madvise_mode():
-  env = hugepages.environment_with_hugepages({'PATH': '/bin'}, 'madvise', GLIBC)
+def test_adds_the_tunable():
+  env = hugepages.with_hugepages({'PATH': '/bin'})
   assert env == {'PATH': '/bin', 'GLIBC_TUNABLES': 'glibc.malloc.hugetlb=1'}
+  assert hugepages.active(env) and not hugepages.active({'PATH': '/bin'})
 
 
 def test_keeps_other_tunables():
-  env = hugepages.environment_with_hugepages(
-      {'GLIBC_TUNABLES': 'glibc.malloc.arena_max=2'}, 'madvise', GLIBC)
+  env = hugepages.with_hugepages({'GLIBC_TUNABLES': 'glibc.malloc.arena_max=2'})
   assert env['GLIBC_TUNABLES'] == 'glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1'
-  assert hugepages.environment_without_hugepages(env) == {
-      'GLIBC_TUNABLES': 'glibc.malloc.arena_max=2'}
-  assert hugepages.environment_without_hugepages(
+  assert hugepages.without_hugepages(env) == {'GLIBC_TUNABLES': 'glibc.malloc.arena_max=2'}
+  assert hugepages.without_hugepages(
       {'GLIBC_TUNABLES': 'glibc.malloc.hugetlb=1', 'A': 'b'}) == {'A': 'b'}
 
 
-@pytest.mark.parametrize('environ, mode, libc', [
-    ({'GLIBC_TUNABLES': 'glibc.malloc.hugetlb=0'}, 'madvise', GLIBC),  # The user chose.
-    ({'GLIBC_TUNABLES': 'glibc.malloc.hugetlb=1'}, 'madvise', GLIBC),  # Already re-executed.
-    ({'VIT_JAX_HUGEPAGES': '0'}, 'madvise', GLIBC),  # Opted out.
-    ({}, 'always', GLIBC),  # Huge pages without asking.
-    ({}, 'never', GLIBC),  # None at all.
-    ({}, None, GLIBC),  # No THP (not Linux, or no sysfs).
-    ({}, 'madvise', (2, 34)),  # Too old for the tunable.
-    ({}, 'madvise', None),  # Not glibc.
-])
-def test_leaves_the_environment_alone_when_it_would_not_help(environ, mode, libc):
-  assert hugepages.environment_with_hugepages(environ, mode, libc) is None
+def test_keeps_the_users_choice():
+  environ = {'GLIBC_TUNABLES': 'glibc.malloc.hugetlb=0'}
+  assert hugepages.with_hugepages(environ) == environ
 
 
-def test_thp_mode_reads_the_bracketed_choice(tmp_path):
-  path = tmp_path / 'enabled'
-  path.write_text('always [madvise] never\n')
-  assert hugepages.thp_mode(str(path)) == 'madvise'
-  assert hugepages.thp_mode(str(tmp_path / 'missing')) is None
+def run_launcher(tmp_path, tunables=None, exit_code=0):
+  script = tmp_path / 'probe.py'
+  script.write_text(textwrap.dedent(f'''
+      import os, sys
+      print(os.environ.get('GLIBC_TUNABLES', ''), sys.argv[1:], flush=True)
+      sys.exit({exit_code})
+  '''))
+  env = {k: v for k, v in os.environ.items() if k != 'GLIBC_TUNABLES'}
+  if tunables is not None:
+    env['GLIBC_TUNABLES'] = tunables
+  return subprocess.run([LAUNCHER, sys.executable, str(script), '--flag=1', 'a b'], env=env,
+                        capture_output=True, text=True)
 
 
-def test_reexec_keeps_pid_and_arguments_and_sets_the_tunable_once(tmp_path):
-  if hugepages.environment_with_hugepages({}, hugepages.thp_mode(),
-                                          hugepages.glibc_version()) is None:
-    pytest.skip('this machine has no THP madvise mode or no glibc >= 2.35')
+def test_launcher_runs_the_command_with_the_tunable(tmp_path):
+  done = run_launcher(tmp_path)
+  assert done.returncode == 0, done.stderr
+  assert done.stdout == "glibc.malloc.hugetlb=1 ['--flag=1', 'a b']\n"
+
+
+def test_launcher_keeps_tunables_and_exit_code(tmp_path):
+  done = run_launcher(tmp_path, 'glibc.malloc.arena_max=2', exit_code=143)
+  assert done.returncode == 143
+  assert done.stdout.split()[0] == 'glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1'
+  assert run_launcher(tmp_path, 'glibc.malloc.hugetlb=0').stdout.split()[0] == (
+      'glibc.malloc.hugetlb=0')
+
+
+def test_main_does_not_reexecute_itself(tmp_path):
+  """vit_jax.main runs in the process it was started in, with the environment it was given."""
   script = tmp_path / 'probe.py'
   script.write_text(textwrap.dedent('''
       import os, sys
-      print('start', os.getpid(), os.environ.get('GLIBC_TUNABLES', ''), flush=True)
-      from vit_jax import hugepages
-      hugepages.reexec_with_hugepages()
-      print('after', os.getpid(), os.environ['GLIBC_TUNABLES'], sys.argv[1:], flush=True)
+      from vit_jax import main
+      sys.argv = ['main', '--helpshort']
+      print(os.getpid(), flush=True)
+      main.run()
   '''))
-  env = {k: v for k, v in os.environ.items() if k not in ('GLIBC_TUNABLES', 'VIT_JAX_HUGEPAGES')}
+  env = {k: v for k, v in os.environ.items() if k != 'GLIBC_TUNABLES'}
   env['PYTHONPATH'] = os.pathsep.join([os.getcwd(), env.get('PYTHONPATH', '')])
-  out = subprocess.run([sys.executable, str(script), '--flag=1', 'x'], env=env, check=True,
-                       capture_output=True, text=True).stdout.split('\n')
-  first, second, after = out[0].split(), out[1].split(), out[2]
-  assert first[:2] == ['start', second[1]] and len(first) == 2  # Same PID, no tunable yet.
-  assert second[2] == 'glibc.malloc.hugetlb=1'  # Re-executed with it, and only once:
-  assert after.startswith(f'after {first[1]} glibc.malloc.hugetlb=1 ')
-  assert after.endswith("['--flag=1', 'x']")
-  assert len([line for line in out if line]) == 3
+  done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True)
+  assert done.stdout.count('\n') >= 1 and 'GLIBC_TUNABLES' not in done.stdout
+  assert len([line for line in done.stdout.splitlines() if line.strip().isdigit()]) == 1

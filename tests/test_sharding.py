@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
+from vit_jax.checkpoints import resume
 from vit_jax import config_lib
 from vit_jax.training import parallel
+from vit_jax.training import state as state_lib
 from vit_jax import train
 from vit_jax.checkpoints import npz_format
 from test_train import crash_at, final_params, make_config
@@ -53,8 +55,8 @@ def dict_update(config, **overrides):
 
 
 def trainer_and_state(config):
-  trainer = train.build_trainer(config, needs_pretrained=False)
-  return trainer, train.init_state(trainer)
+  trainer = state_lib.build_trainer(config, needs_pretrained=False)
+  return trainer, state_lib.init_state(trainer)
 
 
 @pytest.mark.usefixtures('mock_cifar10', 'shard_everything')
@@ -65,7 +67,7 @@ def test_fsdp_trains_like_replicated():
     specs = {x.sharding.spec for x in jax.tree.leaves(state['opt_state'])}
     assert (specs == {P()}) == (mode == 'replicated')  # fsdp shards the moments too.
     step = train.make_train_step(trainer.model, trainer.tx, trainer.config, trainer.mesh,
-                                 train.state_shardings(trainer))
+                                 state_lib.state_shardings(trainer))
     rng = np.random.default_rng(0)
     batch = parallel.put_batch({  # One fixed batch: the loss falls fast, so differences grow.
         'image': rng.uniform(-1, 1, (8, 32, 32, 3)).astype(np.float32),
@@ -116,9 +118,10 @@ def test_checkpoint_written_on_4_devices_resumes_on_2(tmp_path, resumed_as):
   resumed = dict_update(config, param_sharding=resumed_as)
   real = parallel.make_mesh
   with mock.patch.object(parallel, 'make_mesh', lambda: real(jax.devices()[:2])):
-    trainer = train.build_trainer(resumed, needs_pretrained=False)
-    manager = train.make_checkpoint_manager(workdir, resumed)
-    state, damaged = train.restore_or_init(trainer, manager)
+    trainer = state_lib.build_trainer(resumed, needs_pretrained=False)
+    manager = resume.make_checkpoint_manager(workdir, resumed)
+    state, damaged = resume.restore_or_init(manager, lambda: state_lib.abstract_state(trainer),
+                                            lambda: state_lib.init_state(trainer))
     manager.close()
   kernel = state['params']['head']['kernel']
   assert not damaged and int(state['step']) == 4 and kernel.sharding.mesh.devices.size == 2

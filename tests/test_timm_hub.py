@@ -229,6 +229,7 @@ def test_finetune_from_a_hub_folder(tmp_path):
   from test_distributed import write_image_dataset
   from vit_jax import config_lib
   from vit_jax import train
+  from vit_jax.training import from_checkpoint
   folder = save_hub_folder(timm_model('dinov2_reg4'), tmp_path / 'hub')
   config = config_lib.with_dataset(config_lib.get_config(), write_image_dataset(
       str(tmp_path / 'data')))
@@ -236,7 +237,7 @@ def test_finetune_from_a_hub_folder(tmp_path):
   config.update(dict(pretrained_dir='', pretrained_path=folder, total_steps=2, batch=4,
                      batch_eval=4, accum_steps=1, warmup_steps=1, optim_dtype='float32',
                      eval_every=2, checkpoint_every=2, prefetch=1))
-  with_model = train.with_checkpoint_model(config)
+  with_model = from_checkpoint.with_checkpoint_model(config)
   assert with_model.model.num_registers == 4 and with_model.model.no_embed_class
   model = models.get_model(with_model.model, num_classes=3)
   init = model.init(jax.random.key(0), jnp.zeros((1, 56, 56, 3)), train=False)['params']
@@ -261,18 +262,19 @@ def check_run_normalization(workdir, folder, config, tmp_path):
   import glob
   from vit_jax.tools import export_timm
   from vit_jax import input_pipeline
-  from vit_jax import train
+  from vit_jax.training import from_checkpoint
   with open(os.path.join(folder, 'config.json')) as f:
     cfg = json.load(f)['pretrained_cfg']
   mean, std = tuple(cfg['mean']), tuple(cfg['std'])
   assert mean != presets.OFFICIAL_MEAN  # DINOv2: ImageNet's.
-  normalised = train.with_checkpoint_normalization(train.with_checkpoint_model(config), workdir)
+  normalised = from_checkpoint.with_checkpoint_normalization(
+      from_checkpoint.with_checkpoint_model(config), workdir)
   assert (tuple(normalised.pp.mean), tuple(normalised.pp.std)) == (mean, std)
   # Recorded in the run: a resume decides the same even when the pretrained folder is gone.
   moved = str(tmp_path / 'moved_away')
   os.rename(folder, moved)
   try:
-    resumed = train.with_checkpoint_normalization(config, workdir)
+    resumed = from_checkpoint.with_checkpoint_normalization(config, workdir)
     assert (tuple(resumed.pp.mean), tuple(resumed.pp.std)) == (mean, std)
   finally:
     os.rename(moved, folder)
@@ -284,7 +286,7 @@ def check_run_normalization(workdir, folder, config, tmp_path):
     assert np.abs(want - image).max(axis=(1, 2, 3)).min() < 1e-6
   mine = config.copy_and_resolve_references()
   mine.pp.mean = (0.4, 0.4, 0.4)  # The user's own value wins.
-  assert train.with_checkpoint_normalization(mine, workdir).pp.mean == (0.4, 0.4, 0.4)
+  assert from_checkpoint.with_checkpoint_normalization(mine, workdir).pp.mean == (0.4, 0.4, 0.4)
   with open(os.path.join(workdir, 'metadata.json')) as f:
     preprocessing = json.load(f)['preprocessing']
   assert (tuple(preprocessing['mean']), tuple(preprocessing['std'])) == (mean, std)

@@ -13,11 +13,14 @@ import numpy as np
 import pytest
 
 from vit_jax import checkpoint
+from vit_jax.checkpoints import resume
 from vit_jax import config_lib
 from vit_jax import main
 from vit_jax import models
+from vit_jax.training import losses
 from vit_jax.training import optim
 from vit_jax.training import parallel
+from vit_jax.training import stages
 from vit_jax import train
 from vit_jax.checkpoints import npz_format
 
@@ -94,12 +97,12 @@ def fixed_batch_step(config, decay_type, total_steps, warmup_steps):
 def test_pretraining_loss_falls_on_a_fixed_batch():
   config = make_config(optim='adamw', base_lr=1e-2, weight_decay=0.1, grad_norm_clip=1.)
   step, state, batch = fixed_batch_step(config, 'linear', total_steps=30, warmup_steps=3)
-  losses = []
+  history = []
   for _ in range(30):
     state, metrics = step(state, batch)
-    losses.append(float(metrics['loss']))
-  assert all(np.isfinite(losses))
-  assert losses[-1] < 0.5 * losses[0]
+    history.append(float(metrics['loss']))
+  assert all(np.isfinite(history))
+  assert history[-1] < 0.5 * history[0]
 
 
 def test_pretrain_then_finetune_chain(tmp_path, mock_cifar10):
@@ -130,8 +133,8 @@ def test_extending_stage_1_restarts_stage_2_from_the_new_export(tmp_path, mock_c
   train.pretrain_then_finetune(config, str(tmp_path))
   moved = str(tmp_path / 'finetune.from-stage1-step6')
   assert_trees_close(final_params(moved), old_fine, atol=0)  # Kept whole, not deleted.
-  recorded = json.load(open(tmp_path / 'finetune' / train.STAGE1_FILE))
-  assert recorded == train.stage1_source(str(tmp_path / 'pretrain' / 'params.npz'), 8)
+  recorded = json.load(open(tmp_path / 'finetune' / stages.STAGE1_FILE))
+  assert recorded == stages.stage1_source(str(tmp_path / 'pretrain' / 'params.npz'), 8)
   new_fine = npz_format.flatten(final_params(str(tmp_path / 'finetune')))
   assert any(np.any(new_fine[key] != value)  # Fine-tuned again, not the old export.
              for key, value in npz_format.flatten(old_fine).items())
@@ -146,7 +149,7 @@ def test_accumulation_equals_full_batch_gradient():
   params = jax.tree.map(lambda x: x + 0.05, params)
 
   def loss_fn(p, x, y, key):
-    return train.compute_loss(model.apply({'params': p}, x, train=False), y).mean()
+    return losses.compute_loss(model.apply({'params': p}, x, train=False), y).mean()
 
   full = train.accumulate_gradient(loss_fn, params, images, labels, jax.random.key(0), 1)
   accum = train.accumulate_gradient(loss_fn, params, images, labels, jax.random.key(0), 4)
@@ -290,7 +293,7 @@ def test_ema_run_exports_the_average_and_reports_the_raw_accuracy(tmp_path, mock
   train.train_and_evaluate(make_config(eval_every=0), plain)
   result = train.train_and_evaluate(make_config(eval_every=0, ema_decay=0.5), averaged)
   # The average does not change training: its raw weights are the plain run's.
-  state = train.make_checkpoint_manager(averaged, make_config()).restore(6)
+  state = resume.make_checkpoint_manager(averaged, make_config()).restore(6)
   assert_trees_close(jax.device_get(state['params']), final_params(plain))
   assert_trees_close(jax.device_get(state['ema_params']), final_params(averaged))
   flat_plain = npz_format.flatten(final_params(plain))

@@ -17,9 +17,11 @@ import numpy as np
 import optax
 import pytest
 
+from vit_jax.checkpoints import resume
 from vit_jax import config_lib
 from vit_jax import input_pipeline
 from vit_jax import models
+from vit_jax.training import losses
 from vit_jax.training import optim
 from vit_jax.training import parallel
 from vit_jax import train
@@ -59,7 +61,7 @@ def saved_steps(workdir):
 
 
 def assert_checkpoints_finite(workdir, config):
-  manager = train.make_checkpoint_manager(workdir, config)
+  manager = resume.make_checkpoint_manager(workdir, config)
   for step in manager.all_steps():
     state = manager.restore(step)
     for leaf in jax.tree.leaves(state['params']):
@@ -144,9 +146,9 @@ def test_cli_exits_1_with_one_line_on_a_non_finite_step(tmp_path):
 
 def test_weight_average_forgets_its_start():
   assert 0.9995 ** 500 > 0.77  # Without a warm-up: mostly the initial model.
-  assert train.ema_initial_weight(0.9995, 500) < 1e-15
-  assert train.ema_initial_weight(0.9, 1) == pytest.approx(0.1)  # min(0.9, 1/10).
-  np.testing.assert_allclose(train.ema_decay_at(0.999, jnp.array([0, 1, 10_000])),
+  assert losses.ema_initial_weight(0.9995, 500) < 1e-15
+  assert losses.ema_initial_weight(0.9, 1) == pytest.approx(0.1)  # min(0.9, 1/10).
+  np.testing.assert_allclose(losses.ema_decay_at(0.999, jnp.array([0, 1, 10_000])),
                              [0.1, 2 / 11, 0.999], rtol=1e-6)
 
 
@@ -155,7 +157,7 @@ def test_ema_run_exports_an_average_of_the_trained_weights(tmp_path, mock_cifar1
   workdir = str(tmp_path / 'run')
   with caplog.at_level('INFO'):
     result = train.train_and_evaluate(config, workdir)
-  raw = jax.device_get(train.make_checkpoint_manager(workdir, config).restore(6)['params'])
+  raw = jax.device_get(resume.make_checkpoint_manager(workdir, config).restore(6)['params'])
   ema = final_params(workdir)
   # The head starts at zero: an average that kept 0.9995^6 = 99.7% of it would be ~0.
   raw_norm, ema_norm = (np.linalg.norm(p['head']['kernel']) for p in (raw, ema))
@@ -204,7 +206,7 @@ def test_mixup_pairs_neighbours_across_devices():
   expected = None
   for devices in (1, 4):
     mesh = parallel.make_mesh(jax.devices()[:devices])
-    mixed = jax.jit(lambda x, y: train.mixup(x, y, 0.5, rng))(
+    mixed = jax.jit(lambda x, y: losses.mixup(x, y, 0.5, rng))(
         *(parallel.put_batch(batch, mesh)[k] for k in ('image', 'label')))
     mixed = [np.asarray(m) for m in mixed]
     if expected is None:

@@ -10,6 +10,9 @@ config field; 75 another process of a multi-process run was lost (see --peer_tim
 every process, as the printed line says); 143 stopped by SIGTERM with a checkpoint saved and
 steps left (rerun the printed command to continue; 143 = 128 + SIGTERM, as a killed job);
 130 Ctrl-C (Python's KeyboardInterrupt: checkpoints written so far are kept).
+
+On CPU, `scripts/hugepages.sh python -m vit_jax.main ...` runs it with transparent huge pages
+for malloc: fewer page faults, faster steps (docs/performance.md, "Page faults").
 """
 
 import functools
@@ -29,7 +32,6 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
-from vit_jax import hugepages
 
 # config.trainer → 'module:function(config, workdir)', imported only when chosen (jax is slow to
 # import, and inference_time is only needed for throughput runs).
@@ -168,9 +170,6 @@ def main(argv):
   if jax.process_index() == 0:
     print(f'Run directory: {workdir} (rerunning the same command resumes it)', flush=True)
   logging.info('Workdir: %s\nConfig:\n%s', workdir, config)
-  if hugepages.active():
-    logging.info('glibc.malloc.hugetlb=1: XLA:CPU buffers use transparent huge pages '
-                 '(fewer page faults per step; %s=0 turns it off).', hugepages.OPT_OUT)
   try:
     result = get_trainer(config.trainer)(config, workdir)
     watchdog.stop()
@@ -196,12 +195,7 @@ def main(argv):
 
 
 def run() -> None:
-  """`app.run(main)`, with a one-line error for overrides of fields the config does not have.
-
-  First it re-executes itself with transparent huge pages for malloc where that helps
-  (`vit_jax.hugepages`): a training step on CPU is up to ~30% faster.
-  """
-  hugepages.reexec_with_hugepages()
+  """`app.run(main)`, with a one-line error for overrides of fields the config does not have."""
   try:
     app.run(main)
   except (AttributeError, KeyError) as e:

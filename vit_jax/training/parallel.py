@@ -10,7 +10,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable, Mapping, Optional, Tuple
+from typing import Any, Callable, Iterator, Mapping, Optional, Tuple
 
 import jax
 import numpy as np
@@ -218,3 +218,15 @@ def to_host(tree: Any) -> Any:
       return np.asarray(multihost_utils.process_allgather(x, tiled=True))
     return np.asarray(jax.device_get(x))
   return jax.tree.map(fetch, tree)
+
+
+def device_prefetch(batches: Iterator[Mapping[str, np.ndarray]], mesh: Mesh,
+                    size: int) -> Iterator[Tuple[Mapping[str, jax.Array], float]]:
+  """Keeps `size` batches already on device; yields (batch, seconds spent waiting for data)."""
+  queue = []
+  while True:
+    while len(queue) < max(size, 1):
+      start = time.perf_counter()
+      host = next(batches)
+      queue.append((put_batch(host, mesh), time.perf_counter() - start))
+    yield queue.pop(0)

@@ -1,0 +1,81 @@
+"""A finished run's weights: which ones (raw or weight average) and their export to params.npz.
+
+`workdir/params.npz` is in the published format, with the `metadata.json` a user needs beside
+it (model, input size and normalisation, label names, accuracy), so it loads without the config.
+"""
+
+import os
+from typing import Any, Dict
+
+import jax
+from absl import logging
+
+from vit_jax import checkpoint
+from vit_jax.checkpoints import metadata as metadata_lib
+from vit_jax.checkpoints import store
+from vit_jax.training import losses
+from vit_jax.training import parallel
+from vit_jax.training import state as state_lib
+
+
+def final_params(state: state_lib.State) -> Any:
+  """The weights a run reports and exports: the weight average when `ema_decay` is set."""
+  return state.get('ema_params', state['params'])
+
+
+def exported_weights(config: Any) -> str:
+  """The name of the weights `final_params` returns, as the log and metadata.json give it."""
+  return 'ema' if config.ema_decay else 'raw'
+
+
+def log_weight_average(config: Any, total: int) -> None:
+  """Says which weights the run exports; warns when the average cannot have left its start."""
+  if not config.ema_decay:
+    return
+  initial = losses.ema_initial_weight(config.ema_decay, total)
+  logging.info('Exporting the weight average (ema_decay=%g, warmed up as min(decay, '
+               '(1+n)/(10+n))): after %d steps the initial weights are %.2g of it.',
+               config.ema_decay, total, initial)
+  if initial > 0.01:
+    logging.warning('The weight average keeps %.0f%% of the initial weights after %d steps: '
+                    'train longer or set --config.ema_decay=0 to export the raw weights.',
+                    100 * initial, total)
+
+
+def export_params(trainer: state_lib.Trainer, params: Any, workdir: str,
+                  result: Dict[str, Any]) -> None:
+  """Process 0 writes the final params as a published-format `workdir/params.npz`, and beside it
+  `metadata.json`: the model, input size and label names a user needs without this config
+  (embedded in the npz as well, so a copy under another name keeps it).
+
+  Every process calls this: sharded params are gathered collectively first.
+  """
+  host = parallel.to_host(params)
+  if jax.process_index() != 0:
+    return
+  config = trainer.config
+  weights = exported_weights(config)
+  extra = dict(ema_decay=config.ema_decay, accuracy_raw=result.get('accuracy_raw')
+               ) if weights == 'ema' else {}
+  description = dict(
+      model_config=config.model, image_size=config.pp.crop, mean=tuple(config.pp.mean),
+      std=tuple(config.pp.std), class_names=trainer.info.class_names, dataset=config.dataset,
+      step=trainer.total_steps,
+      batch=config.batch,
+      accuracy=result.get('accuracy'), num_examples=result.get('num_examples'),
+      weights=weights, **extra, **{k: v for k, v in result.items()
+                                   if k.startswith(('accuracy_', 'num_examples_'))
+                                   and k != 'accuracy_raw'})
+  # The description goes inside the npz too: a renamed copy still says what model it is.
+  path = checkpoint.save(host, os.path.join(workdir, store.PARAMS_FILE),
+                         metadata=metadata_lib.describe_run(**description))
+  metadata_lib.write_metadata(workdir, **description)
+  logging.info('Exported the %s weights (%s) to %s (with %s)', weights,
+               'weight average' if weights == 'ema' else 'not averaged', path,
+               store.METADATA_FILE)
+  raw, averaged = result.get('accuracy_raw'), result.get('accuracy')
+  if raw is not None and averaged is not None and raw > averaged:
+    # Chosen by the config, not by test accuracy (that would select on the test set).
+    logging.warning('The raw weights evaluate better than the exported average (%.4f > %.4f); '
+                    'rerun with --config.ema_decay=0 (or a smaller decay) to export them.',
+                    raw, averaged)

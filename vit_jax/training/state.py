@@ -1,0 +1,167 @@
+"""What `train_and_evaluate` builds once: the checked config, model, optimizer, mesh and state.
+
+`build_trainer` validates the config and its inputs (one line per problem, before any
+compilation) and builds the `Trainer`; `init_state` makes the initial train state (pretrained
+weights or a seeded init) directly in its sharding; `abstract_state` is the same tree as shapes,
+into which a checkpoint is restored.
+"""
+
+import dataclasses
+from typing import Any, Dict, Tuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from absl import logging
+from jax.sharding import Mesh
+
+from vit_jax import checkpoint
+from vit_jax import input_pipeline
+from vit_jax import models
+from vit_jax.checkpoints import store
+from vit_jax.data import image_ops
+from vit_jax import presets
+from vit_jax.training import distill
+from vit_jax.training import losses
+from vit_jax.training import optim
+from vit_jax.training import parallel
+
+State = Dict[str, Any]
+
+
+def total_steps(config: Any, num_train_examples: int) -> int:
+  """`total_steps`, or `num_epochs` over the training split at the global batch size."""
+  if config.total_steps:
+    return int(config.total_steps)
+  if config.num_epochs:
+    return max(int(config.num_epochs * num_train_examples // config.batch), 1)
+  raise ValueError('Set --config.total_steps or --config.num_epochs.')
+
+
+def validate_config(config: Any, mesh: Mesh) -> None:
+  """Fails early, with one line each, on settings that would only break deep inside JAX."""
+  accum = config.accum_steps or 1
+  parallel.check_batch_size(config.batch, mesh, accum, 'batch')
+  parallel.check_batch_size(config.batch_eval, mesh, 1, 'batch_eval')
+  if config.param_sharding not in parallel.PARAM_SHARDINGS:
+    raise ValueError(f'Unknown param_sharding={config.param_sharding!r}; use one of '
+                     f'{", ".join(parallel.PARAM_SHARDINGS)}.')
+  if config.loss not in losses.LOSSES:
+    raise ValueError(f'Unknown loss={config.loss!r}; use one of {", ".join(losses.LOSSES)}.')
+  distill.validate(config)
+  image_ops.make_normalize(config.pp.mean, config.pp.std)  # Bad values: one line, now.
+  if config.mixup < 0:
+    raise ValueError(f'mixup={config.mixup} must be >= 0 (0 = off; 0.2 as in big_vision).')
+  if not 0. <= config.ema_decay < 1.:
+    raise ValueError(f'ema_decay={config.ema_decay} must be in [0, 1) (0 turns the weight '
+                     'average off; 0.999 averages over ~1000 steps).')
+  patch = config.model.patches.size[0] if 'patches' in config.model else 1
+  if config.model.get('resnet') is None and config.pp.crop % patch:
+    up = -(-config.pp.crop // patch) * patch
+    raise ValueError(
+        f'pp.crop={config.pp.crop} is not a multiple of the patch size {patch} of '
+        f'{config.model.get("model_name")}; use --config.pp.crop={up} (images are resized to it) '
+        f'or {presets.finetune_resolution(config.model)} (the published fine-tuning resolution).')
+
+
+@dataclasses.dataclass
+class Trainer:
+  """Everything `train_and_evaluate` builds once: model, optimizer, schedule, mesh, step count."""
+  config: Any
+  model: Any
+  tx: optax.GradientTransformation
+  schedule: optax.Schedule
+  mesh: Mesh
+  total_steps: int
+  grid_shape: Tuple[int, int]
+  info: Any
+
+
+def preflight(config: Any, *, needs_pretrained: bool) -> Any:
+  """Checks the dataset and the pretrained checkpoint together; one error names all missing."""
+  problems, info = [], None
+  try:
+    info = input_pipeline.get_dataset_info(config)
+  except input_pipeline.SplitOverlapError:
+    raise  # Not a missing input: its own line.
+  except ValueError as e:
+    problems.append(str(e).strip().rstrip('.'))
+  pretrained = store.pretrained_path(config) if needs_pretrained else None
+  for path in filter(None, (pretrained, config.distill.teacher_path)):
+    problem = store.check_available(path)
+    if problem:
+      problems.append(problem)
+  if problems:
+    raise ValueError('Missing inputs: ' + '; AND '.join(problems) + '.')
+  return info
+
+
+def _warmup_steps(config: Any, steps: int) -> int:
+  warmup = config.warmup_steps
+  if warmup >= steps:
+    logging.warning('warmup_steps=%d >= total steps %d: using %d (short run).', warmup, steps,
+                    steps // 10)
+    return steps // 10
+  return warmup
+
+
+def build_trainer(config: Any, *, needs_pretrained: bool = True) -> Trainer:
+  """Validates the config and inputs, then builds model, schedule, optimizer and mesh."""
+  mesh = parallel.make_mesh()
+  validate_config(config, mesh)
+  info = preflight(config, needs_pretrained=needs_pretrained)
+  steps = total_steps(config, info.num_train_examples)
+  schedule = optim.learning_rate_schedule(
+      total_steps=steps, base_lr=config.base_lr, decay_type=config.decay_type,
+      warmup_steps=_warmup_steps(config, steps), linear_end=config.linear_end)
+  model = models.get_model(config.model, num_classes=info.num_classes)
+  grid = models.token_grid(config.model, (config.pp.crop, config.pp.crop))
+  return Trainer(config, model, optim.make_optimizer(config, schedule), schedule, mesh, steps,
+                 grid, info)
+
+
+def init_state(trainer: Trainer, *, abstract: bool = False) -> State:
+  """Initial train state: pretrained weights if configured, else a fresh init (seeded).
+
+  Built directly in its sharding (`state_shardings`): no device ever holds a full sharded copy.
+  """
+  config = trainer.config
+  dummy = jnp.zeros((1, config.pp.crop, config.pp.crop, 3), jnp.float32)
+  seed_key = jax.random.key(config.seed)
+
+  def fresh_params():
+    return trainer.model.init(seed_key, dummy, train=False)['params']
+
+  def make_state(params):
+    state = {'params': params, 'opt_state': trainer.tx.init(params),
+             'step': jnp.zeros((), jnp.int32), 'rng': jax.random.key_data(seed_key)}
+    if config.ema_decay:  # Starts from the initial (or pretrained) weights.
+      state['ema_params'] = jax.tree.map(jnp.copy, params)
+    return state
+
+  if abstract:
+    return jax.eval_shape(lambda: make_state(fresh_params()))
+  shardings = state_shardings(trainer)
+  params = jax.jit(fresh_params, out_shardings=shardings['params'])()
+  path = store.pretrained_path(config)
+  if path:
+    logging.info('Fine-tuning from %s', path)
+    loaded = checkpoint.load_pretrained(
+        pretrained_path=path, init_params=parallel.to_host(params), model_config=config.model,
+        grid_shape=trainer.grid_shape, keep_head=config.keep_head)
+    params = jax.device_put(loaded, shardings['params'])
+  return jax.jit(make_state, out_shardings=shardings)(params)
+
+
+def state_shardings(trainer: Trainer) -> Any:
+  """The train state's shardings per `config.param_sharding` (a tree like the state)."""
+  return parallel.state_shardings(init_state(trainer, abstract=True), trainer.mesh,
+                                  trainer.config.param_sharding)
+
+
+def abstract_state(trainer: Trainer) -> State:
+  """The train state as `jax.ShapeDtypeStruct`s with their shardings: what a checkpoint restores
+  into (`checkpoints.resume.restore_or_init`)."""
+  return jax.tree.map(lambda x, sharding: jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                                               sharding=sharding),
+                      init_state(trainer, abstract=True), state_shardings(trainer))
