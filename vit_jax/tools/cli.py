@@ -19,15 +19,14 @@ from absl import flags
 
 FLAGS = flags.FLAGS
 
-CHECKPOINT = flags.DEFINE_string(
-    'checkpoint', None, 'Checkpoint .npz (path, gs://, https://), a run directory (its '
-    'params.npz + metadata.json) or a published name such as ViT-B_16 or augreg/<file stem>.')
-MODEL = flags.DEFINE_string(
-    'model', None, 'Optional check: a preset (e.g. ViT-B_16) or a .py file whose get_config() '
-    'returns a model ConfigDict; the model itself is read from the checkpoint.')
-IMAGE_SIZE = flags.DEFINE_integer('image_size', None, 'Square input side in pixels.')
-BATCH_SIZE = flags.DEFINE_integer('batch_size', None, 'Images per forward pass.')
-OUT = flags.DEFINE_string('out', None, 'Output folder.')
+_CHECKPOINT_HELP = ('Checkpoint .npz (path, gs://, https://), a run directory (its params.npz + '
+                    'metadata.json) or a published name such as ViT-B_16 or augreg/<file stem>.')
+_MODEL_HELP = ('Optional check: a preset (e.g. ViT-B_16) or a .py file whose get_config() returns '
+               'a model ConfigDict; the model itself is read from the checkpoint.')
+CHECKPOINT, MODEL, OUT = (flags.DEFINE_string(name, None, text) for name, text in (
+    ('checkpoint', _CHECKPOINT_HELP), ('model', _MODEL_HELP), ('out', 'Output folder.')))
+IMAGE_SIZE, BATCH_SIZE = (flags.DEFINE_integer(name, None, text) for name, text in (
+    ('image_size', 'Square input side in pixels.'), ('batch_size', 'Images per forward pass.')))
 _SHARED = {f.name: (f.default, FLAGS[f.name].help)
            for f in (CHECKPOINT, MODEL, IMAGE_SIZE, BATCH_SIZE, OUT)}
 
