@@ -10,11 +10,10 @@ from unittest import mock
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
-from absl import flags
-from absl.testing import flagsaver
 
 from vit_jax import config_lib
 from vit_jax.data import fashion_mnist
+from vit_jax.tools import cli
 from vit_jax import input_pipeline
 
 NAMES = ['T-shirt/top', 'Trouser', 'Pullover', 'Dress', 'Coat', 'Sandal', 'Shirt', 'Sneaker',
@@ -106,10 +105,8 @@ def test_input_pipeline_prepares_from_local_files_without_network(idx_dir, tmp_p
 
 
 def run_command(*args):
-  """`python -m vit_jax.fashion_mnist ARGS` in this process: its absl flags, then `main`."""
-  with flagsaver.flagsaver():
-    argv = flags.FLAGS(['fashion_mnist', *args], known_only=True)
-    return fashion_mnist.main(argv)
+  """`python -m vit_jax.fashion_mnist ARGS` in this process (its own flags only, as the tools)."""
+  return cli.call(fashion_mnist, ['fashion_mnist', *args])
 
 
 def test_prepare_command(idx_dir, tmp_path, capsys):

@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+from absl import logging as absl_logging
 
 from test_features import write_checkpoint, write_images
 from vit_jax import config_lib
@@ -214,3 +215,14 @@ def test_model_outside_the_presets_from_a_py_file(tmp_path, setup, capsys):
     rc, out, err = _run(capsys, f'--checkpoint={ckpt}', f'--model={tmp_path / name}',
                         setup[2][0])
     assert rc == 1 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_running_a_tool_in_process_leaves_logging_alone(tmp_path, caplog):
+  """`cli.call` resets only the tool's flags: resetting absl's --verbosity too pinned the absl
+  logger at WARNING, so later INFO lines (a training run's) were lost."""
+  level = absl_logging.get_absl_logger().level
+  assert cli.call(predict, ['predict', f'--checkpoint={tmp_path}/missing.npz', 'x.png']) == 1
+  assert absl_logging.get_absl_logger().level == level
+  with caplog.at_level('INFO'):
+    absl_logging.info('still heard')
+  assert 'still heard' in caplog.text

@@ -5,12 +5,12 @@
 The command lives in vit_jax/data/fashion_mnist.py; this entry point keeps its name.
 """
 
-from absl import app
 from absl import flags
 
 from vit_jax.data import fashion_mnist
+from vit_jax.tools import cli
 
-flags.adopt_module_key_flags(fashion_mnist)
+flags.adopt_module_key_flags(fashion_mnist)  # `--help` lists the command's flags.
 
 if __name__ == '__main__':
-  app.run(fashion_mnist.main)
+  cli.run(fashion_mnist)

@@ -18,13 +18,11 @@ without this module.
 
 import gzip
 import os
-import sys
 import time
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow_datasets as tfds
-from absl import app
 from absl import flags
 from absl import logging
 
@@ -202,18 +200,13 @@ _SOURCE_DIR = flags.DEFINE_string(
     'source_dir', None, f'idx files (default: ${SOURCE_DIR_ENV} or {DEFAULT_SOURCE_DIR}).')
 
 
-def main(argv: Sequence[str]) -> int:
-  """`python -m vit_jax.fashion_mnist`: prepares the TFDS copy; one line and 1 on errors."""
+def main(argv: Sequence[str]) -> str:
+  """`python -m vit_jax.fashion_mnist`: prepares the TFDS copy and says where.
+
+  Run through `vit_jax.tools.cli` as the tools are: a ValueError becomes one line and exit 1.
+  """
   if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  try:
-    prepare(_DATA_DIR.value, _SOURCE_DIR.value)
-  except ValueError as e:
-    print(f'fashion_mnist: error: {e}', file=sys.stderr)
-    return 1
-  print(f'fashion_mnist is prepared in {_DATA_DIR.value or "the TFDS default data dir"}.')
-  return 0
-
-
-if __name__ == '__main__':
-  app.run(main)
+    raise ValueError(f'Unexpected arguments: {" ".join(argv[1:])}; the command takes only '
+                     '--data_dir and --source_dir.')
+  prepare(_DATA_DIR.value, _SOURCE_DIR.value)
+  return f'fashion_mnist is prepared in {_DATA_DIR.value or "the TFDS default data dir"}.'

@@ -41,15 +41,17 @@ def call(tool: types.ModuleType, argv: Sequence[str]) -> int:
   """Runs `tool` in this process as `python -m` would with `argv` (program name first).
 
   Returns the exit status. Only the tool's own flags are parsed (its key flags: other modules'
-  flags, e.g. main.py's required --config, are not checked), and every flag is reset before and
-  after, so calls (of one tool or several) do not see each other's flags.
+  flags, e.g. main.py's required --config, are not checked), and only they are reset before and
+  after, so calls (of one tool or several) do not see each other's flags. Other flags keep
+  their values: resetting all of them would also reset absl's --verbosity, which pins the absl
+  logger at WARNING for the rest of the process.
   """
-  FLAGS.unparse_flags()
+  own = flags.FlagValues()
+  for flag in FLAGS.get_key_flags_for_module(tool.__name__):
+    own[flag.name] = flag  # The same Flag objects: their values are what the tool reads.
+  own.unparse_flags()
   try:
     adapt_shared_flags(tool)
-    own = flags.FlagValues()
-    for flag in FLAGS.get_key_flags_for_module(tool.__name__):
-      own[flag.name] = flag  # The same Flag objects: their values are what the tool reads.
     try:
       positional = own(list(argv))
     except flags.Error as e:
@@ -57,7 +59,7 @@ def call(tool: types.ModuleType, argv: Sequence[str]) -> int:
     FLAGS.mark_as_parsed()
     return _finish(tool, positional)
   finally:
-    FLAGS.unparse_flags()
+    own.unparse_flags()
 
 
 def adapt_shared_flags(tool: types.ModuleType) -> None:
