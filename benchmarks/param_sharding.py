@@ -49,7 +49,9 @@ def measure(mode: str, model_name: str, image: int, batch: int, steps: int) -> d
       'image': np.zeros((batch, image, image, 3), np.float32),
       'label': np.eye(1000, dtype=np.float32)[np.zeros(batch, int)]}, mesh)
   step = train.make_train_step(model, tx, config, mesh, shardings)
-  memory = step.lower(state, data).compile().memory_analysis()
+  # make_train_step returns a closure over its jitted step (it passes the teacher's params):
+  # jit it again, with the same donation, to compile the same program and read its buffers.
+  memory = jax.jit(step, donate_argnums=(0,)).lower(state, data).compile().memory_analysis()
   state, metrics = step(state, data)
   jax.block_until_ready(metrics)
   times = []
