@@ -3,14 +3,18 @@
   python benchmarks/folder_startup.py /path/to/dataset  # with train/<class>/*.jpg
 """
 
-import sys
 import time
+
+from absl import app
 
 from vit_jax import config_lib
 from vit_jax import input_pipeline
 
 
-def main(root: str) -> None:
+def main(argv) -> None:
+  if len(argv) != 2:
+    raise app.UsageError('Give one dataset folder (with train/<class>/*.jpg).')
+  root = argv[1]
   config = config_lib.with_dataset(config_lib.get_config(), 'cifar10')
   config.update(dict(dataset=root, batch=128))
   config.pp.crop = 224
@@ -27,4 +31,4 @@ def main(root: str) -> None:
 
 
 if __name__ == '__main__':
-  main(sys.argv[1])
+  app.run(main)

@@ -11,7 +11,6 @@ same model with its activation swapped (exact GELU ↔ tanh GELU) gives the gap 
 activation would make. Prints one markdown table with the date, machine and command.
 """
 
-import argparse
 import datetime
 import os
 import platform
@@ -20,6 +19,8 @@ import tempfile
 import time
 
 import numpy as np
+from absl import app
+from absl import flags
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
 
@@ -35,6 +36,11 @@ FAMILIES = {
     'MAE-style pooled': ('vit_base_patch16_224.mae', dict(global_pool='avg', fc_norm=True)),
 }
 TINY = dict(embed_dim=32, depth=2, num_heads=2, num_classes=5)
+
+_SIZE = flags.DEFINE_enum('size', 'tiny', ['tiny', 'real'],
+                          'tiny: embed 32, depth 2, 2x2 grid; real: the published architectures '
+                          '(random weights).')
+_FAMILIES = flags.DEFINE_string('families', '', 'Comma-separated subset (default: all).')
 
 
 def make_timm(name: str, kwargs: dict, size: str):
@@ -83,19 +89,18 @@ def measure(family: str, size: str, workdir: str) -> dict:
               mb=os.path.getsize(os.path.join(folder, 'model.safetensors')) / 2**20)
 
 
-def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--size', choices=('tiny', 'real'), default='tiny')
-  parser.add_argument('--families', default='', help='Comma-separated subset (default: all).')
-  args = parser.parse_args(argv)
-  chosen = [f for f in FAMILIES if not args.families or f in args.families.split(',')]
+def main(argv) -> int:
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments {argv[1:]}.')
+  size = _SIZE.value
+  chosen = [f for f in FAMILIES if not _FAMILIES.value or f in _FAMILIES.value.split(',')]
   rows = []
   with tempfile.TemporaryDirectory() as workdir:
     for family in chosen:
-      rows.append(measure(family, args.size, workdir))
-  command = 'python benchmarks/hub_weights.py' + (' --size=real' if args.size == 'real' else '')
+      rows.append(measure(family, size, workdir))
+  command = 'python benchmarks/hub_weights.py' + (' --size=real' if size == 'real' else '')
   print(f'{datetime.date.today()} · {platform.node() or "?"} · {platform.processor() or "CPU"}, '
-        f'{os.cpu_count()} cores · `{command}` · {args.size} models\n')
+        f'{os.cpu_count()} cores · `{command}` · {size} models\n')
   print('| family | timm model | input | max abs logit diff | activation-swap gap | '
         'max abs logit | load s | file MB |')
   print('| --- | --- | --- | --- | --- | --- | --- | --- |')
@@ -106,4 +111,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == '__main__':
-  sys.exit(main())
+  app.run(main)

@@ -14,7 +14,6 @@ processes on a shared machine falls on both. Prints wall ms/step, the process's 
 faults are system time) and minor page faults per step.
 """
 
-import argparse
 import json
 import os
 import resource
@@ -24,10 +23,27 @@ import sys
 import time
 from typing import Dict, Mapping
 
+from absl import app
+from absl import flags
+
 QUICKSTART = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'configs',
                           'fashion_mnist_quickstart.py')
 TUNABLES = 'GLIBC_TUNABLES'
 SETTING = 'glibc.malloc.hugetlb=1'
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+  """Defines the script's flags, when it runs.
+
+  Not at import: absl flags are global, and benchmarks/vs_timm.py and the tests import this
+  module for its environment helpers (another module's --steps would clash).
+  """
+  flags.DEFINE_list('crops', ['28', '42'], 'Image sides to time, in pixels.')
+  flags.DEFINE_integer('steps', 100, 'Timed training steps per measurement.')
+  flags.DEFINE_integer('warmup', 10, 'Untimed steps before them.')
+  flags.DEFINE_integer('repeats', 3, 'Measurements per setting and crop (the order alternates).')
+  flags.DEFINE_bool('child', False, 'Internal: measure in this process and print one JSON line.')
 
 
 def with_hugepages(environ: Mapping[str, str]) -> Dict[str, str]:
@@ -103,23 +119,18 @@ def run_child(crop: int, steps: int, warmup: int, hugepages: bool) -> dict:
   return json.loads(out.strip().splitlines()[-1])
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__)
-  parser.add_argument('--crops', default='28,42')
-  parser.add_argument('--steps', type=int, default=100)
-  parser.add_argument('--warmup', type=int, default=10)
-  parser.add_argument('--repeats', type=int, default=3)
-  parser.add_argument('--child', action='store_true')
-  args = parser.parse_args()
-  crops = [int(c) for c in args.crops.split(',')]
-  if args.child:
-    print(json.dumps(measure(crops[0], args.steps, args.warmup)))
+def main(argv) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments {argv[1:]}.')
+  crops = [int(c) for c in FLAGS.crops]
+  if FLAGS.child:
+    print(json.dumps(measure(crops[0], FLAGS.steps, FLAGS.warmup)))
     return
   for crop in crops:
     results = {False: [], True: []}
-    for repeat in range(args.repeats):
+    for repeat in range(FLAGS.repeats):
       for hugepages in ((False, True) if repeat % 2 == 0 else (True, False)):
-        r = run_child(crop, args.steps, args.warmup, hugepages)
+        r = run_child(crop, FLAGS.steps, FLAGS.warmup, hugepages)
         results[hugepages].append(r)
         print(f'{crop}px repeat {repeat} hugepages={hugepages}: {r["ms"]:.1f} ms/step, '
               f'cpu {r["cpu_ms"]:.1f} ms/step (sys {r["sys_ms"]:.1f}), '
@@ -135,4 +146,5 @@ def main() -> None:
 
 
 if __name__ == '__main__':
-  main()
+  define_flags()
+  app.run(main)

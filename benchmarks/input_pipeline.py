@@ -8,15 +8,22 @@ px, pinned to `--cores` CPU cores.
   python benchmarks/input_pipeline.py --cores=1 --images=256 --seconds=10
 """
 
-import argparse
 import os
 import tempfile
 import time
 from typing import Callable, Iterator
 
 import numpy as np
+from absl import app
+from absl import flags
 
 _CLASSES = 4
+_CORES = flags.DEFINE_integer('cores', 1, 'CPU cores the process is pinned to.')
+_IMAGES = flags.DEFINE_integer('images', 256, 'JPEGs to generate.')
+_BATCH = flags.DEFINE_integer('batch', 32, 'Images per batch.')
+_SECONDS = flags.DEFINE_float('seconds', 10., 'Seconds each pipeline is timed at each size.')
+_WORKDIR = flags.DEFINE_string('workdir', None, 'Folder for the images and datasets, reused when '
+                               'they exist (default: a new temporary folder).')
 
 
 def _write_jpegs(root: str, count: int) -> None:
@@ -88,21 +95,17 @@ def _rate(batches: Iterator, batch: int, seconds: float) -> float:
   return count * batch / (time.perf_counter() - start)
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__)
-  parser.add_argument('--cores', type=int, default=1)
-  parser.add_argument('--images', type=int, default=256)
-  parser.add_argument('--batch', type=int, default=32)
-  parser.add_argument('--seconds', type=float, default=10.)
-  parser.add_argument('--workdir', default=None)
-  args = parser.parse_args()
-  os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:args.cores])
+def main(argv) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments {argv[1:]}.')
+  cores, batch, seconds = _CORES.value, _BATCH.value, _SECONDS.value
+  os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:cores])
   import tensorflow as tf  # noqa: PLC0415  # After pinning, so its pools size to the cores.
   import tensorflow_datasets as tfds  # noqa: PLC0415
   from vit_jax import config_lib, input_pipeline  # noqa: PLC0415
-  root = args.workdir or tempfile.mkdtemp(prefix='pipeline_bench_')
+  root = _WORKDIR.value or tempfile.mkdtemp(prefix='pipeline_bench_')
   if not os.path.isdir(os.path.join(root, 'train')):
-    _write_jpegs(root, args.images)
+    _write_jpegs(root, _IMAGES.value)
   for file_format in ('array_record', 'tfrecord'):
     data_dir = os.path.join(root, f'tfds_{file_format}')
     if not os.path.isdir(data_dir):
@@ -120,24 +123,24 @@ def main() -> None:
   def ours(dataset: str, data_dir=None) -> Callable[[int], Iterator]:
     def make(crop):
       config = config_lib.get_config()
-      config.update(dict(dataset=dataset, tfds_data_dir=data_dir, batch=args.batch))
+      config.update(dict(dataset=dataset, tfds_data_dir=data_dir, batch=batch))
       config.pp.update(dict(train='train', crop=crop, train_aug='inception'))
       return input_pipeline.get_train_data(config)
     return make
 
   pipelines = {
       'ours, folder': ours(root),
-      'official, folder': lambda crop: _official(folder_ds, crop, args.batch),
+      'official, folder': lambda crop: _official(folder_ds, crop, batch),
       'ours, TFDS (ArrayRecord)': ours('jpeg_bench', ours_tfds),
-      'official, TFDS (TFRecord)': lambda crop: _official(tfrecord, crop, args.batch),
+      'official, TFDS (TFRecord)': lambda crop: _official(tfrecord, crop, batch),
   }
-  print(f'{len(paths)} JPEGs 500x375, batch {args.batch}, {args.cores} core(s), '
-        f'{args.seconds:.0f} s each; images/s per core')
+  print(f'{len(paths)} JPEGs 500x375, batch {batch}, {cores} core(s), '
+        f'{seconds:.0f} s each; images/s per core')
   print('| pipeline | 224 px | 384 px |\n|---|---|---|')
   for name, make in pipelines.items():
-    rates = [_rate(make(crop), args.batch, args.seconds) / args.cores for crop in (224, 384)]
+    rates = [_rate(make(crop), batch, seconds) / cores for crop in (224, 384)]
     print(f'| {name} | {rates[0]:.0f} | {rates[1]:.0f} |', flush=True)
 
 
 if __name__ == '__main__':
-  main()
+  app.run(main)

@@ -4,27 +4,32 @@
       --steps=0,20000,1000000
 """
 
-import argparse
 import time
+
+from absl import app
+from absl import flags
 
 from vit_jax import config_lib
 from vit_jax import input_pipeline
 
+_DATASET = flags.DEFINE_string('dataset', 'fashion_mnist', 'TFDS name or image folder.')
+_TFDS_DATA_DIR = flags.DEFINE_string('tfds_data_dir', None, 'TFDS data directory (default: '
+                                     "TFDS's own).")
+_STEPS = flags.DEFINE_list('steps', ['0', '20000', '1000000'], 'Train steps to resume at.')
+_BATCH = flags.DEFINE_integer('batch', 128, 'Images per batch.')
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__)
-  parser.add_argument('--dataset', default='fashion_mnist')
-  parser.add_argument('--tfds_data_dir', default=None)
-  parser.add_argument('--steps', default='0,20000,1000000')
-  parser.add_argument('--batch', type=int, default=128)
-  args = parser.parse_args()
+
+def main(argv) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments {argv[1:]}.')
   config = config_lib.with_dataset(config_lib.get_config(), 'fashion_mnist')
-  config.update(dict(dataset=args.dataset, tfds_data_dir=args.tfds_data_dir, batch=args.batch))
-  for step in (int(s) for s in args.steps.split(',')):
+  config.update(dict(dataset=_DATASET.value, tfds_data_dir=_TFDS_DATA_DIR.value,
+                     batch=_BATCH.value))
+  for step in (int(s) for s in _STEPS.value):
     start = time.perf_counter()
     next(input_pipeline.get_train_data(config, start_batch=step))
     print(f'resume at step {step:>9,}: first batch after {time.perf_counter() - start:.2f} s')
 
 
 if __name__ == '__main__':
-  main()
+  app.run(main)

@@ -7,14 +7,19 @@ one process (so machine drift hits both alike), and prints the medians, their ra
 largest differences. The root uses `conv_as_matmul` when the backend is CPU.
 """
 
-import argparse
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import app
+from absl import flags
 
 from vit_jax import ops
+
+_BATCH = flags.DEFINE_integer('batch', 128, 'Images per call.')
+_IMAGE = flags.DEFINE_integer('image', 56, 'Square input side in pixels.')
+_REPEATS = flags.DEFINE_integer('repeats', 7, 'Timed calls of each way (interleaved).')
 
 
 def lax_conv(x: jax.Array, kernel: jax.Array, strides) -> jax.Array:
@@ -32,19 +37,16 @@ def forward_and_kernel_grad(conv):
   return jax.jit(run)
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--batch', type=int, default=128)
-  parser.add_argument('--image', type=int, default=56)
-  parser.add_argument('--repeats', type=int, default=7)
-  args = parser.parse_args()
-  x = jax.random.normal(jax.random.key(0), (args.batch, args.image, args.image, 3))
+def main(argv) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments {argv[1:]}.')
+  x = jax.random.normal(jax.random.key(0), (_BATCH.value, _IMAGE.value, _IMAGE.value, 3))
   kernel = jax.random.normal(jax.random.key(1), (7, 7, 3, 64)) * 0.1
   fns = {'lax.conv_general_dilated': forward_and_kernel_grad(lax_conv),
          'conv_as_matmul': forward_and_kernel_grad(ops.conv_as_matmul)}
   results = {name: jax.block_until_ready(fn(kernel, x)) for name, fn in fns.items()}
   times = {name: [] for name in fns}
-  for _ in range(args.repeats):
+  for _ in range(_REPEATS.value):
     for name, fn in fns.items():
       start = time.perf_counter()
       jax.block_until_ready(fn(kernel, x))
@@ -61,4 +63,4 @@ def main() -> None:
 
 
 if __name__ == '__main__':
-  main()
+  app.run(main)

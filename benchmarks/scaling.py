@@ -8,12 +8,21 @@ cannot be faster; this checks that the sharded step runs and what the split cost
 the same code spreads the batch over real devices.
 """
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 import time
+
+from absl import app
+from absl import flags
+
+_MODEL = flags.DEFINE_string('model', 'ViT-Ti_16', 'ViT preset name.')
+_IMAGE = flags.DEFINE_integer('image', 96, 'Square image side in pixels.')
+_BATCH = flags.DEFINE_integer('batch', 32, 'Images per step.')
+_STEPS = flags.DEFINE_integer('steps', 5, 'Timed steps per device count (after compiling).')
+_DEVICES = flags.DEFINE_list('devices', ['1', '2', '4'], 'Forced CPU device counts, one process '
+                             'each.')
 
 WORKER = r'''
 import json, sys, time
@@ -46,29 +55,24 @@ print(json.dumps({'devices': jax.device_count(), 'compile_s': compile_s,
 '''
 
 
-def run(devices: int, args) -> dict:
+def run(devices: int) -> dict:
   env = dict(os.environ, XLA_FLAGS=f'--xla_force_host_platform_device_count={devices}',
              JAX_PLATFORMS='cpu')
-  out = subprocess.run([sys.executable, '-c', WORKER, args.model, str(args.image),
-                        str(args.batch), str(args.steps)], env=env, capture_output=True,
+  out = subprocess.run([sys.executable, '-c', WORKER, _MODEL.value, str(_IMAGE.value),
+                        str(_BATCH.value), str(_STEPS.value)], env=env, capture_output=True,
                        text=True, check=True)
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--model', default='ViT-Ti_16')
-  parser.add_argument('--image', type=int, default=96)
-  parser.add_argument('--batch', type=int, default=32)
-  parser.add_argument('--steps', type=int, default=5)
-  parser.add_argument('--devices', default='1,2,4')
-  args = parser.parse_args()
-  print(f'{args.model} train step, batch {args.batch} at {args.image}px, {os.cpu_count()} CPU '
-        f'cores ({time.strftime("%Y-%m-%d")})')
+def main(argv) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments {argv[1:]}.')
+  print(f'{_MODEL.value} train step, batch {_BATCH.value} at {_IMAGE.value}px, '
+        f'{os.cpu_count()} CPU cores ({time.strftime("%Y-%m-%d")})')
   print('devices  compile_s  step_s(median)  img/s  vs 1 device')
   base = None
-  for devices in (int(d) for d in args.devices.split(',')):
-    r = run(devices, args)
+  for devices in (int(d) for d in _DEVICES.value):
+    r = run(devices)
     base = base or r['img_s']
     print(f'{r["devices"]:7d}  {r["compile_s"]:9.1f}  {r["step_s"]:14.3f}  {r["img_s"]:5.1f}  '
           f'{r["img_s"] / base:10.2f}x')
@@ -76,4 +80,4 @@ def main():
 
 
 if __name__ == '__main__':
-  main()
+  app.run(main)

@@ -12,6 +12,8 @@ import pytest
 BENCHMARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'benchmarks')
 sys.path.insert(0, BENCHMARKS)
 import vs_timm as benchmark  # noqa: E402  # A script in benchmarks/, not part of the package.
+from absl import flags  # noqa: E402
+
 from vit_jax import models  # noqa: E402
 
 FIELDS = ('compile_s', 'step_ms med/min/max', 'images/s', 'img/s/core', 'peak_mem_MB',
@@ -66,11 +68,21 @@ def test_fast_path_matches_plain(kwargs):
     np.testing.assert_allclose(v, u, atol=1e-5 * scale)
 
 
-
 def test_root_conv_benchmark_smoke():
   script = os.path.join(BENCHMARKS, 'root_conv.py')
-  out = subprocess.run([sys.executable, script, '--batch=2', '--image=16', '--repeats=1'],
+  # absl flags: `--flag value` and `--flag=value` both parse.
+  out = subprocess.run([sys.executable, script, '--batch', '2', '--image=16', '--repeats=1'],
                        capture_output=True, text=True, check=True, timeout=300).stdout
   assert 'lax.conv_general_dilated: median' in out and 'conv_as_matmul: median' in out
   diff = float(out.split('max |outputs diff| ')[1].split(',')[0])
   assert 'speed-up: ' in out and diff < 1e-4
+
+
+def test_imported_benchmarks_define_no_global_flags():
+  """Importing vs_timm.py (and with it hugepages.py) adds nothing to absl's global flags.
+
+  A process may import them beside the tools (these tests do): vs_timm.py keeps its flags in
+  its own FlagValues and hugepages.py defines its flags only when run, so none can clash.
+  """
+  assert {m for m in flags.FLAGS.flags_by_module_dict()
+          if os.path.basename(m).split('.')[0] in ('vs_timm', 'hugepages')} == set()

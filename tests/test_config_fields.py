@@ -9,6 +9,7 @@ arguments, checked by the model tests, and are left out here.
 import ast
 import glob
 import os
+import re
 
 import ml_collections
 import pytest
@@ -18,6 +19,7 @@ from vit_jax import config_lib
 from vit_jax import presets
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VIT_JAX = os.path.join(ROOT, 'vit_jax')
 # ConfigDict methods: `config.pp.get_ref(...)` is a call, not a field.
 METHODS = {'get', 'update', 'lock', 'unlock', 'to_dict', 'to_json', 'items', 'keys', 'values',
            'copy_and_resolve_references', 'get_ref', 'ignore_type', 'unlocked'}
@@ -138,3 +140,27 @@ def _is_config(node):
     ('config.pp.update', 'pp'), ('tf.config.set_visible_devices', None)])
 def test_config_chain(source, want):
   assert config_chain(ast.parse(source, mode='eval').body) == want
+
+
+def _field(config, dotted):
+  for part in dotted.split('.'):
+    config = config[part]
+  return config
+
+
+@pytest.mark.parametrize('field', sorted(config_lib.CHOICES))
+def test_each_choice_field_is_declared_with_a_valid_default_and_checked_where_used(field):
+  """CHOICES names declared fields; the default is a choice; the library checks the field."""
+  choices = config_lib.CHOICES[field]
+  assert _field(config_lib.get_config(), field) in choices
+  library = ''.join(open(p).read() for p in glob.glob(os.path.join(VIT_JAX, '**', '*.py'),
+                                                          recursive=True))
+  assert f"check_choice('{field}'" in library
+  with pytest.raises(ValueError, match=rf'Unknown {re.escape(field)}=.nope.; use one of '
+                                       rf'{re.escape(", ".join(choices))}'):
+    config_lib.check_choice(field, 'nope')
+
+
+def test_the_trainers_main_runs_are_the_trainer_choices():
+  from vit_jax import main  # noqa: PLC0415  # main defines flags at import.
+  assert tuple(main.TRAINERS) == config_lib.CHOICES['trainer']

@@ -6,7 +6,7 @@ Every field has a one-line comment; experiment files only change what differs.
 import importlib.util
 import os
 import types
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import ml_collections
 from ml_collections import config_dict
@@ -27,6 +27,33 @@ DATASET_PRESETS = {
 # A folder of images (`DIR/{train,test|val|validation}/<class>/*`): the smallest official
 # schedule (Oxford-IIIT Pets, ~3.7k images); override --config.total_steps for larger folders.
 FOLDER_PRESET = dict(total_steps=500, pp=dict(train='train', test='test'))
+
+
+# The fields whose value is one of a fixed set, and the set: declared once, beside the defaults
+# in get_config(); every place that dispatches on such a field checks it with `check_choice`.
+CHOICES = {
+    'trainer': ('train', 'pretrain_then_finetune', 'inference_time'),
+    'data_sharding': ('split', 'stream'),
+    'pp.train_aug': ('inception', 'pad_flip', 'flip', 'none'),
+    'optim': ('sgd', 'adamw'),
+    'decay_type': ('cosine', 'linear'),
+    'weight_decay_on': ('kernels', 'all'),
+    'loss': ('softmax_xent', 'sigmoid_xent'),
+    'distill.kind': ('hard', 'soft'),
+    'param_sharding': ('replicated', 'fsdp'),
+}
+
+
+def check_choice(field: str, value: Any) -> Any:
+  """`value` when it is one of `CHOICES[field]`; else one line naming the field and its choices.
+
+  Raises:
+    ValueError: `value` is not a choice of `field` (a dotted config path, e.g. 'pp.train_aug').
+  """
+  if value not in CHOICES[field]:
+    raise ValueError(f'Unknown {field}={value!r}; use one of {", ".join(CHOICES[field])} '
+                     f'(--config.{field}=...).')
+  return value
 
 
 def get_config() -> ml_collections.ConfigDict:

@@ -32,6 +32,8 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
+from vit_jax import config_lib
+
 
 # config.trainer → 'module:function(config, workdir)', imported only when chosen (jax is slow to
 # import, and inference_time is only needed for throughput runs).
@@ -121,9 +123,7 @@ class QuietLibraries(python_logging.Filter):
 
 def get_trainer(name: str) -> Callable[[Any, str], Dict[str, Any]]:
   """The function that runs `config.trainer`."""
-  if name not in TRAINERS:
-    raise ValueError(f'Unknown trainer={name!r}; use one of {", ".join(TRAINERS)}.')
-  module, function = TRAINERS[name].split(':')
+  module, function = TRAINERS[config_lib.check_choice('trainer', name)].split(':')
   return getattr(importlib.import_module(module), function)
 
 

@@ -10,10 +10,10 @@ from typing import Any, Callable, Dict, Tuple
 
 import tensorflow as tf
 
+from vit_jax import config_lib
 from vit_jax.data import image_ops
 from vit_jax.data import randaugment
 
-TRAIN_AUGS = ('inception', 'pad_flip', 'flip', 'none')
 
 Example = Dict[str, tf.Tensor]
 
@@ -39,8 +39,7 @@ def make_train_preprocess(config: Any, num_classes: int) -> Callable[[Example, t
   area_min = float(config.pp.area_min)
   if not 0 < area_min <= 1:
     raise ValueError(f'config.pp.area_min={area_min} must be in (0, 1] (the smallest crop area).')
-  if aug not in TRAIN_AUGS:
-    raise ValueError(f'config.pp.train_aug={aug!r} is unknown; use one of {TRAIN_AUGS}.')
+  config_lib.check_choice('pp.train_aug', aug)
   num_layers = int(config.pp.randaug.num_layers)
   magnitude = float(config.pp.randaug.magnitude)
   if num_layers < 0 or not 0 <= magnitude <= randaugment.MAX_MAGNITUDE:

@@ -16,10 +16,10 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from vit_jax import config_lib
 from vit_jax.data import image_ops
 from vit_jax.data import sources
 
-DATA_SHARDINGS = ('split', 'stream')
 # A train record that cannot be read is replaced by the next position's; this many in a row fail.
 _MAX_UNREADABLE_IN_A_ROW = 16
 
@@ -32,10 +32,7 @@ def sharding(config: Any) -> str:
   'stream': each process reads the whole shuffled stream and keeps its slice of each global
   batch: results identical for any number of processes (costs reading everything everywhere).
   """
-  mode = config.data_sharding
-  if mode not in DATA_SHARDINGS:
-    raise ValueError(f'config.data_sharding={mode!r} is unknown; use one of {DATA_SHARDINGS}.')
-  return mode
+  return config_lib.check_choice('data_sharding', config.data_sharding)
 
 
 def process_seed(config: Any, shared: bool = False) -> tf.Tensor:

@@ -17,10 +17,10 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh
 
+from vit_jax import config_lib
 from vit_jax.training import parallel
 from vit_jax.checkpoints import loading
 
-KINDS = ('hard', 'soft')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,9 +93,7 @@ def validate(config: Any) -> None:
   """One-line errors for distillation settings (called with the rest of `validate_config`)."""
   if not config.distill.teacher_path:
     return
-  if config.distill.kind not in KINDS:
-    raise ValueError(f'Unknown distill.kind={config.distill.kind!r}; use one of '
-                     f'{", ".join(KINDS)}.')
+  config_lib.check_choice('distill.kind', config.distill.kind)
   if not 0. <= config.distill.alpha <= 1.:
     raise ValueError(f'distill.alpha={config.distill.alpha} must be in [0, 1] (the weight of '
                      'the teacher term; 0.5 averages it with the true-label loss as in DeiT).')

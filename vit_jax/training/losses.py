@@ -12,7 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-LOSSES = ('softmax_xent', 'sigmoid_xent')
+from vit_jax import config_lib
+
 
 # Mixup's rng stream: fold_in(rng, MIXUP_STREAM) then the step; no step (int32) reaches it, so it
 # never meets dropout's fold_in(rng, step).
@@ -22,6 +23,7 @@ MIXUP_STREAM = 2**31 - 1
 def compute_loss(logits: jax.Array, labels: jax.Array, kind: str = 'softmax_xent',
                  label_smoothing: float = 0.) -> jax.Array:
   """Per-example loss for one-hot (or mixed-up) `labels`."""
+  config_lib.check_choice('loss', kind)
   if label_smoothing:
     labels = labels * (1. - label_smoothing) + label_smoothing / labels.shape[-1]
   if kind == 'sigmoid_xent':

@@ -6,9 +6,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-OPTIMIZERS = ('sgd', 'adamw')
-DECAY_TYPES = ('cosine', 'linear')
-WEIGHT_DECAY_ON = ('kernels', 'all')
+from vit_jax import config_lib
+
 
 
 def learning_rate_schedule(*, total_steps: int, base_lr: float, decay_type: str,
@@ -17,8 +16,7 @@ def learning_rate_schedule(*, total_steps: int, base_lr: float, decay_type: str,
 
   Same values as the official `create_learning_rate_schedule` (step 0 has lr 0).
   """
-  if decay_type not in DECAY_TYPES:
-    raise ValueError(f'Unknown decay_type={decay_type!r}; use one of {", ".join(DECAY_TYPES)}.')
+  config_lib.check_choice('decay_type', decay_type)
   if not 0 <= warmup_steps < total_steps:
     raise ValueError(f'warmup_steps={warmup_steps} must be in [0, total_steps={total_steps}).')
   decay_steps = total_steps - warmup_steps
@@ -39,9 +37,7 @@ def make_optimizer(config: Any, schedule: optax.Schedule) -> optax.GradientTrans
   'bfloat16' as in the official code saves memory), b1, b2, weight_decay (decoupled, AdamW)
   and weight_decay_on (which params it decays).
   """
-  name = config.optim
-  if name not in OPTIMIZERS:
-    raise ValueError(f'Unknown optim={name!r}; use one of {", ".join(OPTIMIZERS)}.')
+  name = config_lib.check_choice('optim', config.optim)
   clip = config.grad_norm_clip
   chain = [optax.clip_by_global_norm(clip)] if clip else []
   if name == 'sgd':
@@ -63,9 +59,7 @@ def weight_decay_mask(on: str) -> Optional[Callable[[Any], Any]]:
   'kernels' leaves biases, norm scales, position embeddings and the class token undecayed:
   decaying them pulls the norms' scales and the embeddings towards 0 for no regularisation gain.
   """
-  if on not in WEIGHT_DECAY_ON:
-    raise ValueError(f'Unknown weight_decay_on={on!r}; use one of {", ".join(WEIGHT_DECAY_ON)}.')
-  if on == 'all':
+  if config_lib.check_choice('weight_decay_on', on) == 'all':
     return None
   return lambda params: jax.tree_util.tree_map_with_path(
       lambda path, _: getattr(path[-1], 'key', None) == 'kernel', params)

@@ -17,8 +17,9 @@ import numpy as np
 from absl import logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from vit_jax import config_lib
+
 DATA_AXIS = 'data'
-PARAM_SHARDINGS = ('replicated', 'fsdp')
 # Arrays below this stay replicated under 'fsdp': 1-D biases and norms (<= 20 KiB even in ViT-H)
 # would cost a collective each and save nothing; every ViT kernel (>= 144 KiB) is above it.
 FSDP_MIN_BYTES = 64 * 1024
@@ -175,9 +176,7 @@ def state_shardings(abstract: Any, mesh: Mesh, mode: str) -> Any:
   The same rule for params, their optimizer moments and their average, so the update needs no
   communication beyond the gradient's reduce-scatter and the params' all-gather.
   """
-  if mode not in PARAM_SHARDINGS:
-    raise ValueError(f'Unknown param_sharding={mode!r}; use one of {", ".join(PARAM_SHARDINGS)}.')
-  if mode == 'replicated':
+  if config_lib.check_choice('param_sharding', mode) == 'replicated':
     return jax.tree.map(lambda _: replicated(mesh), abstract)
   return jax.tree.map(lambda x: fsdp_sharding(x.shape, x.dtype, mesh), abstract)
 

@@ -15,6 +15,7 @@ import optax
 from absl import logging
 from jax.sharding import Mesh
 
+from vit_jax import config_lib
 from vit_jax import checkpoint
 from vit_jax import input_pipeline
 from vit_jax import models
@@ -22,7 +23,6 @@ from vit_jax.checkpoints import store
 from vit_jax.data import image_ops
 from vit_jax import presets
 from vit_jax.training import distill
-from vit_jax.training import losses
 from vit_jax.training import optim
 from vit_jax.training import parallel
 
@@ -43,11 +43,8 @@ def validate_config(config: Any, mesh: Mesh) -> None:
   accum = config.accum_steps or 1
   parallel.check_batch_size(config.batch, mesh, accum, 'batch')
   parallel.check_batch_size(config.batch_eval, mesh, 1, 'batch_eval')
-  if config.param_sharding not in parallel.PARAM_SHARDINGS:
-    raise ValueError(f'Unknown param_sharding={config.param_sharding!r}; use one of '
-                     f'{", ".join(parallel.PARAM_SHARDINGS)}.')
-  if config.loss not in losses.LOSSES:
-    raise ValueError(f'Unknown loss={config.loss!r}; use one of {", ".join(losses.LOSSES)}.')
+  config_lib.check_choice('param_sharding', config.param_sharding)
+  config_lib.check_choice('loss', config.loss)
   distill.validate(config)
   image_ops.make_normalize(config.pp.mean, config.pp.std)  # Bad values: one line, now.
   if config.mixup < 0:

@@ -1,0 +1,63 @@
+"""The import contracts of .importlinter (docs/architecture.md) hold, and each one can fail.
+
+`lint-imports` runs in CI; here each contract is shown to catch the import it forbids, planted
+in a copy of the package, so a contract that no longer checks anything fails this test.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LINT_IMPORTS = os.path.join(os.path.dirname(sys.executable), 'lint-imports')
+PLANTED = {  # contract id: (file, the import planted at its end)
+    'layers': ('vit_jax/models_vit.py', 'from vit_jax import train'),
+    'research-outside': ('vit_jax/tools/flops.py', 'from research.small_data import grid'),
+    'jax-free-configs': ('vit_jax/presets.py', 'import jax'),
+    'models-without-tf': ('vit_jax/ops.py', 'import tensorflow'),
+    'no-test-extras': ('vit_jax/checkpoints/timm_files.py', 'import torch'),
+    'tools-independent': ('vit_jax/tools/analyze.py', 'from vit_jax.tools import predict'),
+}
+
+
+@pytest.fixture(scope='module')
+def tree(tmp_path_factory):
+  """A copy of what lint-imports reads: the packages and the contracts."""
+  root = tmp_path_factory.mktemp('lint')
+  for package in ('vit_jax', 'research'):
+    shutil.copytree(os.path.join(ROOT, package), root / package,
+                    ignore=shutil.ignore_patterns('__pycache__', '*.txt'))
+  shutil.copy(os.path.join(ROOT, '.importlinter'), root)
+  return root
+
+
+def lint(root, contract=None):
+  args = [LINT_IMPORTS, '--no-cache'] + (['--contract', contract] if contract else [])
+  return subprocess.run(args, cwd=root, capture_output=True, text=True, timeout=300,
+                        env=dict(os.environ, PYTHONPATH=str(root)))
+
+
+def test_every_contract_is_kept_and_each_is_tested_here(tree):
+  with open(tree / '.importlinter') as f:
+    ids = {line.split(':')[-1].strip(' ]\n') for line in f
+           if line.startswith('[importlinter:contract:')}
+  assert ids == set(PLANTED)
+  result = lint(tree)
+  assert result.returncode == 0, result.stdout[-2000:]
+
+
+@pytest.mark.parametrize('contract', sorted(PLANTED))
+def test_a_planted_import_breaks_its_contract(tree, contract):
+  path, line = PLANTED[contract]
+  target = tree / path
+  original = target.read_text()
+  try:
+    target.write_text(original + f'\n{line}  # planted by the test\n')
+    result = lint(tree, contract)
+  finally:
+    target.write_text(original)
+  assert result.returncode == 1, result.stdout[-2000:]
+  assert 'BROKEN' in result.stdout and line.split()[-1] in result.stdout
