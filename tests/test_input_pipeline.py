@@ -58,7 +58,7 @@ def write_image_folder(root, files_per_class=3, test_files=2):
     f.write('ignored: not an image extension')
 
 
-@pytest.mark.parametrize('train_aug', augment.TRAIN_AUGS)
+@pytest.mark.parametrize('train_aug', config_lib.CHOICES['pp.train_aug'])
 def test_train_batches(mock_cifar10, train_aug):
   config = make_config()
   config.pp.train_aug = train_aug
