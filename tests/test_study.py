@@ -167,8 +167,8 @@ def test_a_broken_results_line_is_one_clear_error(tmp_path):
 
 
 def test_seeds_take_different_slices_and_validation_is_disjoint_from_all_of_them():
-  """Every run of the default grid: its train slice misses train[90%:]; seeds differ."""
-  grid = grid_lib.load_grid(STUDY_GRID)
+  """Every run of a three-seed grid: its train slice misses train[90%:]; seeds differ."""
+  grid = grid_lib.load_grid(f'{STUDY_GRID}:seeds=3')  # The defaults take two.
   size, slices = 60_000, {}
   for run in grid.runs:
     arg = re.search(r'--config=\S+?:(\S+)', run.command)[1]
@@ -254,7 +254,8 @@ def test_a_runlocal_study_run_trains_and_reports(tmp_path, monkeypatch):
 
 
 def test_grid_steps_per_fraction_reach_every_arm():
-  grid = grid_lib.load_grid(f'{STUDY_GRID}:steps=1:700+5:900+100:1100,seeds=3,full_seeds=1')
+  grid = grid_lib.load_grid(f'{STUDY_GRID}:steps=1:700+5:900+100:1100,seeds=3,full_seeds=1,'
+                            'seeded=data+remedies+pretrain')
   steps = {r.name: int(re.search(r'steps=(\d+)', r.command)[1]) for r in grid.runs}
   assert (steps['vit_p1_s2'], steps['vit_p5_s2_dtok'], steps['resnet_p100_s0']) == (
       700, 900, 1100)
