@@ -6,6 +6,11 @@ import os
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 # As in Flax's examples/imagenet tests: small test programs, so compile time dominates.
 os.environ.setdefault('JAX_DISABLE_MOST_OPTIMIZATIONS', '1')
+# The training runs tests start as subprocesses get what scripts/hugepages.sh gives a user's run
+# (transparent huge pages for malloc): XLA:CPU steps fault fewer pages, so they finish sooner.
+if 'glibc.malloc.hugetlb=' not in os.environ.get('GLIBC_TUNABLES', ''):
+  os.environ['GLIBC_TUNABLES'] = ':'.join(
+      filter(None, [os.environ.get('GLIBC_TUNABLES'), 'glibc.malloc.hugetlb=1']))
 
 # triton (loaded by timm through torch) segfaults when its C extension loads after TensorFlow's
 # (the input pipeline's): seen with torch 2.14.1 / triton 3.8.0 / tensorflow-cpu 2.21. Loaded
