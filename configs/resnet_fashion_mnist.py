@@ -16,17 +16,24 @@ other jobs): `--config.num_epochs=0.5 --config.eval_every=0` (234 steps) reached
 files (~95 img/s/core). `--config.num_epochs=0.05` makes a smoke run.
 """
 
+import ml_collections
+
 from vit_jax import config_lib
 
 
-def get_config(arg: str = ''):
-  """`:runlocal` shrinks the run for a smoke test (config_lib.shrink)."""
-  _, runlocal = config_lib.parse_arg(arg)
+def recipe(model: str, runlocal: bool) -> ml_collections.ConfigDict:
+  """This file's recipe for any `model` preset (configs/swin_fashion_mnist.py uses it too)."""
   config = config_lib.with_model(config_lib.with_dataset(config_lib.get_config(),
-                                                         'fashion_mnist'), 'ResNet-11_28px')
+                                                         'fashion_mnist'), model)
   config.pp.update(dict(crop=28, train_aug='none'))
   config.update(dict(
       pretrained_dir='', total_steps=0, num_epochs=5., optim='adamw', base_lr=1.5e-3,
       weight_decay=0.05, warmup_steps=400, batch=128, batch_eval=1000, accum_steps=1,
       shuffle_buffer=20_000, progress_every=50, eval_every=469, checkpoint_every=500))
   return config_lib.finish(config, runlocal)
+
+
+def get_config(arg: str = ''):
+  """`:runlocal` shrinks the run for a smoke test (config_lib.shrink)."""
+  _, runlocal = config_lib.parse_arg(arg)
+  return recipe('ResNet-11_28px', runlocal)

@@ -11,17 +11,14 @@ cosine, batch 128, 5 epochs, no augmentation) plus Swin's stochastic depth 0.1.
 Expected: not measured yet; `--config.num_epochs=0.05` makes a smoke run.
 """
 
+import os
+
 from vit_jax import config_lib
+
+_RESNET_RECIPE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'resnet_fashion_mnist.py')
 
 
 def get_config(arg: str = ''):
   """`:runlocal` shrinks the run for a smoke test (config_lib.shrink)."""
   _, runlocal = config_lib.parse_arg(arg)
-  config = config_lib.with_model(config_lib.with_dataset(config_lib.get_config(),
-                                                         'fashion_mnist'), 'Swin-FMNIST_2_7')
-  config.pp.update(dict(crop=28, train_aug='none'))
-  config.update(dict(
-      pretrained_dir='', total_steps=0, num_epochs=5., optim='adamw', base_lr=1.5e-3,
-      weight_decay=0.05, warmup_steps=400, batch=128, batch_eval=1000, accum_steps=1,
-      shuffle_buffer=20_000, progress_every=50, eval_every=469, checkpoint_every=500))
-  return config_lib.finish(config, runlocal)
+  return config_lib.load_config_module(_RESNET_RECIPE).recipe('Swin-FMNIST_2_7', runlocal)
