@@ -1,11 +1,23 @@
 """Shared pytest setup: JAX on CPU, and small helpers for the test files."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
 # Before any test module imports jax: tests never need an accelerator.
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 # As in Flax's examples/imagenet tests: small test programs, so compile time dominates.
 os.environ.setdefault('JAX_DISABLE_MOST_OPTIMIZATIONS', '1')
+# One XLA compilation cache for the session, shared by the test processes and the training runs
+# they start (the same tiny models compile again and again): a quarter less time on
+# test_main.py + test_train.py. Executables are keyed by program and compile options, so a hit
+# runs the same program. Removed when the process that made it exits.
+if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
+  os.environ['JAX_COMPILATION_CACHE_DIR'] = tempfile.mkdtemp(prefix='vit_jax_tests_xla_cache_')
+  atexit.register(shutil.rmtree, os.environ['JAX_COMPILATION_CACHE_DIR'], ignore_errors=True)
+os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
+os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES', '0')
 # The training runs tests start as subprocesses get what scripts/hugepages.sh gives a user's run
 # (transparent huge pages for malloc): XLA:CPU steps fault fewer pages, so they finish sooner.
 if 'glibc.malloc.hugetlb=' not in os.environ.get('GLIBC_TUNABLES', ''):
