@@ -38,8 +38,8 @@ calls = len(open(os.path.join(workdir, 'calls')).read())
 if calls < finish_on_call:
   sys.exit(3)
 open(os.path.join(workdir, 'params.npz'), 'w').close()
-json.dump({'accuracy': accuracy, 'num_examples': 100},
-          open(os.path.join(workdir, 'metadata.json'), 'w'))
+json.dump({'accuracy': accuracy, 'num_examples': 100, 'step': 10, 'batch': 2, 'model': {},
+           'image_size': 28, 'num_classes': 10}, open(os.path.join(workdir, 'metadata.json'), 'w'))
 '''
 
 
@@ -74,6 +74,51 @@ def test_runner_skips_finished_runs_and_reruns_unfinished_ones(tmp_path, fake_tr
   assert state['command'].startswith(sys.executable) and state['command'].endswith(
       f'--workdir={out / "b"}')
   assert records.is_finished(str(out / 'b'))
+
+
+def test_runs_finished_elsewhere_are_skipped_unless_a_run_to_do_needs_their_params(
+    tmp_path, fake_trainer, monkeypatch):
+  """A committed results file resumes the grid on a fresh machine: finished runs are not made
+  again, except a teacher whose params.npz a run still to do reads (made again, same command)."""
+  monkeypatch.setattr(records, 'forward_flops', lambda meta: (1e6, 'test'))
+  teacher = f'python {fake_trainer} 0.9 1'
+  grid = grid_lib.Grid(runs=[
+      grid_lib.Run('teacher', teacher), grid_lib.Run('other', f'python {fake_trainer} 0.5 1'),
+      grid_lib.Run('done_student', f'python {fake_trainer} 0.6 1 --t={{out}}/teacher/params.npz'),
+      grid_lib.Run('new_student', f'python {fake_trainer} 0.7 1 --t={{out}}/teacher/params.npz'),
+      grid_lib.Run('changed', f'python {fake_trainer} 0.8 1')])
+  results = tmp_path / 'results.jsonl'
+  first = tmp_path / 'first_machine'
+  assert runner.run_grid(grid, str(first), log=lambda _: None, results=str(results)) == []
+  out = tmp_path / 'second_machine'
+  lines = records.read_results(str(results))  # As committed: commands name the first machine's out.
+  for record in lines.values():
+    record['command'] = record['command'].replace(str(first), str(out))
+  del lines['new_student']  # Not run there yet.
+  lines['changed']['command'] += ' --config.steps=5'  # Its command changed since: run again.
+  results.write_text(''.join(json.dumps(r) + '\n' for r in lines.values()))
+  assert [r.name for r in runner.runs_to_do(grid, str(out), lines)] == [
+      'teacher', 'new_student', 'changed']
+  logged = []
+  assert runner.run_grid(grid, str(out), log=logged.append, results=str(results)) == []
+  assert sorted(os.listdir(out)) == ['changed', 'new_student', 'teacher']
+  assert f'[2/5] other: finished (in {results}), skipped' in logged
+  final = records.read_results(str(results))
+  assert all(r['finished'] for r in final.values()) and len(final) == 5
+  assert final['new_student']['accuracy_test'] == 0.7
+  shutil.rmtree(out)  # Once all are finished, a fresh machine (same --out) runs nothing.
+  assert runner.runs_to_do(grid, str(out), final) == []
+
+
+def test_an_unfinished_rebuild_keeps_the_finished_record(tmp_path, fake_trainer, monkeypatch):
+  monkeypatch.setattr(records, 'forward_flops', lambda meta: (1e6, 'test'))
+  grid = grid_lib.Grid(runs=[grid_lib.Run('a', f'python {fake_trainer} 0.9 1')])
+  results = tmp_path / 'results.jsonl'
+  one = str(tmp_path / 'one')
+  assert runner.run_grid(grid, one, log=lambda _: None, results=str(results)) == []
+  os.makedirs(tmp_path / 'two' / 'a')  # Made again elsewhere and cut before its export.
+  records.update_results(str(results), grid, str(tmp_path / 'two'))
+  assert records.read_results(str(results))['a']['accuracy_test'] == 0.9
 
 
 def fake_run_dir(out, name, accuracy, **extra):

@@ -13,8 +13,11 @@ A grid file (a Python file with `get_grid(arg) -> Grid`, e.g. fashion_mnist_grid
 a name and the exact `python -m vit_jax.main --config=...` command, with `{out}` standing for
 `--out` (so a run can name another's params.npz as its teacher or its pretrained weights; list
 that one first). Each run's workdir is `out/<name>`; a run is finished when its `params.npz` and
-`metadata.json` exist, and is then skipped. An unfinished one is started again with the same
-command, which resumes it from its orbax checkpoint. Every attempt's wall time and exit code go
+`metadata.json` exist, or when `--results` holds its finished record for the same command (so a
+committed results file resumes the grid on a fresh machine with the same `--out`), and is then
+skipped; a run finished only in the results file is made again when a run still to do needs its
+params.npz (a teacher). An unfinished one is started again with the same command, which resumes
+it from its orbax checkpoint. Every attempt's wall time and exit code go
 to `out/<name>/study.json`, its output to `out/<name>/study.log`.
 
 After each run the runner rewrites `--results` (default `out/results.jsonl`): one JSON line per

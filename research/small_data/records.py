@@ -79,6 +79,11 @@ def teacher_metadata(command: str) -> Optional[Dict[str, Any]]:
                     ) if match else None
 
 
+def record_command(run: grid_lib.Run, out: str) -> str:
+  """The command a results line shows for `run`: `python`, not this interpreter's path."""
+  return shlex.join(grid_lib.command_argv(run, out, python='python'))
+
+
 def run_record(run: grid_lib.Run, out: str) -> Dict[str, Any]:
   """One results line of `run` from its run directory: its exact command, wall time (all
   attempts), and once finished train/val/test accuracy, steps, images seen and compute.
@@ -88,7 +93,7 @@ def run_record(run: grid_lib.Run, out: str) -> Dict[str, Any]:
   """
   workdir = os.path.join(out, run.name)
   attempts = read_state(workdir)['attempts']
-  command = shlex.join(grid_lib.command_argv(run, out, python='python'))
+  command = record_command(run, out)
   record = dict(name=run.name, tags=dict(run.tags), command=command,
                 finished=is_finished(workdir), attempts=len(attempts),
                 wall_s=round(float(sum(a['wall_s'] for a in attempts)), 1))
@@ -129,11 +134,16 @@ def read_results(path: str) -> Dict[str, Dict[str, Any]]:
 
 def update_results(path: str, grid: grid_lib.Grid, out: str) -> Dict[str, Dict[str, Any]]:
   """Rewrites the results file: a record for every run with a directory under `out`, and the
-  file's other records kept (runs made elsewhere), in the grid's order; returns them all."""
+  file's other records kept (runs made elsewhere), in the grid's order; returns them all.
+
+  A finished record is not replaced by an unfinished one (a teacher being made again here).
+  """
   records = read_results(path)
   for run in grid.runs:
     if os.path.isdir(os.path.join(out, run.name)):
-      records[run.name] = run_record(run, out)
+      record = run_record(run, out)
+      if record['finished'] or not records.get(run.name, {}).get('finished'):
+        records[run.name] = record
   if not records:
     return {}
   order = {run.name: i for i, run in enumerate(grid.runs)}

@@ -1,7 +1,10 @@
 """Runs a grid's unfinished runs one by one as subprocesses, resumably.
 
-A run is finished when its `params.npz` and `metadata.json` exist, and is then skipped; an
-unfinished one is started again with the same command, which resumes from its orbax checkpoint.
+A run is finished when its `params.npz` and `metadata.json` exist, or when the results file
+holds its finished record for the same command (a run made on another machine or in a run
+directory since deleted); it is then skipped, unless a run still to do needs its directory (a
+teacher's or pretrained params.npz): then it is made again, with the same command and seed. An
+unfinished run is started again with the same command, which resumes from its orbax checkpoint.
 """
 
 import os
@@ -10,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Callable, List
+from typing import Callable, Dict, List, Mapping
 
 from research.small_data import folders
 from research.small_data import grid as grid_lib
@@ -18,14 +21,6 @@ from research.small_data import records
 
 
 LOG_FILE = 'study.log'
-
-
-def command_argv(run: grid_lib.Run, out: str, python: str = sys.executable) -> List[str]:
-  """The argv of `run` in `out/<name>`: `{out}` filled, `python` = this interpreter, workdir."""
-  argv = shlex.split(run.command.replace('{out}', out))
-  if argv[:1] == ['python']:
-    argv[0] = python
-  return argv + [f'--workdir={os.path.join(out, run.name)}']
 
 
 def execute(run: grid_lib.Run, out: str, python: str = sys.executable) -> int:
@@ -53,19 +48,41 @@ def execute(run: grid_lib.Run, out: str, python: str = sys.executable) -> int:
   return returncode
 
 
+def finished_in_results(run: grid_lib.Run, out: str, results: Mapping[str, Dict]) -> bool:
+  """Whether `results` (read_results) holds a finished record of `run` with the same command."""
+  record = results.get(run.name) or {}
+  return bool(record.get('finished')) and record.get('command') == records.record_command(run, out)
+
+
+def runs_to_do(grid: grid_lib.Grid, out: str, results: Mapping[str, Dict]) -> List[grid_lib.Run]:
+  """The runs to start, in grid order: those finished neither here nor in `results`, and those
+  finished only in `results` whose directory (`{out}/<name>/`) a run to start names."""
+  here = {r.name for r in grid.runs if records.is_finished(os.path.join(out, r.name))}
+  todo = {r.name for r in grid.runs
+          if r.name not in here and not finished_in_results(r, out, results)}
+  while True:  # A rebuilt teacher may need a run of its own (its own teacher, say).
+    needed = {r.name for r in grid.runs if r.name not in here and r.name not in todo and any(
+        f'{{out}}/{r.name}/' in t.command for t in grid.runs if t.name in todo)}
+    if not needed:
+      return [r for r in grid.runs if r.name in todo]
+    todo |= needed
+
+
 def run_grid(grid: grid_lib.Grid, out: str, *, python: str = sys.executable,
              log: Callable[[str], None] = print, results: str = '') -> List[str]:
-  """Runs the unfinished runs of `grid` in order; returns the names of those that failed.
-
-  With `results`, that file gets every run's record (`update_results`) after each run.
+  """Runs the runs of `grid` still to do (`runs_to_do`) in order; returns the names of those
+  that failed. With `results`, that file gets every run's record (`update_results`) after each
+  run, and its finished records count as finished runs.
   """
   if grid.folders:
     folders.prepare_folders(grid.folders.replace('{out}', out), limit=grid.folder_limit, log=log)
+  todo = {r.name for r in runs_to_do(grid, out, records.read_results(results))}
   failed = []
   for i, run in enumerate(grid.runs):
     workdir = os.path.join(out, run.name)
-    if records.is_finished(workdir):
-      log(f'[{i + 1}/{len(grid.runs)}] {run.name}: finished, skipped')
+    if run.name not in todo:
+      where = '' if records.is_finished(workdir) else f' (in {results})'
+      log(f'[{i + 1}/{len(grid.runs)}] {run.name}: finished{where}, skipped')
       continue
     log(f'[{i + 1}/{len(grid.runs)}] {run.name}: {run.command}')
     start = time.time()
