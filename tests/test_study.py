@@ -213,7 +213,7 @@ def test_a_broken_results_line_is_one_clear_error(tmp_path):
 
 def test_seeds_take_different_slices_and_validation_is_disjoint_from_all_of_them():
   """Every run of a three-seed grid: its train slice misses train[90%:]; seeds differ."""
-  grid = grid_lib.load_grid(f'{STUDY_GRID}:seeds=3')  # The defaults take two.
+  grid = grid_lib.load_grid(STUDY_GRID)  # The defaults: three seeds.
   size, slices = 60_000, {}
   for run in grid.runs:
     arg = re.search(r'--config=\S+?:(\S+)', run.command)[1]

@@ -36,7 +36,7 @@ def get_grid(arg: str = '') -> grid_lib.Grid:
   The default is the plan of docs/small_data_study.md (round 2). `runlocal`: 4 smoke runs.
   """
   parts, runlocal = config_lib.parse_arg(arg)
-  opts = dict(seeds='2', steps='1:1000+5:1500+100:1000', seeded='data+remedies',
+  opts = dict(seeds='3', steps='1:1000+5:1500+100:1000', seeded='data+remedies+pretrain',
               pcts='1+5+100', full_seeds='1')
   for part in parts:
     key, sep, value = part.partition('=')
