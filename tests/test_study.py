@@ -181,6 +181,23 @@ def test_report_is_regenerated_from_the_results_file_alone(tmp_path):
   assert content.startswith('intro\n') and content.endswith('outro\n') and 'old' not in content
 
 
+def test_the_report_of_a_grid_still_running_skips_the_plots_of_empty_tables(tmp_path):
+  out = tmp_path / 'out'
+  fake_run_dir(out, 'vit_p1_s0', .6, accuracy_val=.59, accuracy_train=1.)
+  runs = [grid_lib.Run(n, f'python -m vit_jax.main --config=c.py:{n}', dict(model=m, pct=1))
+          for n, m in (('vit_p1_s0', 'vit'), ('cnn_p1_s0', 'cnn'))]
+  tables = [grid_lib.Table('size', 'Size', row='model', col='pct', log_x=True),
+            grid_lib.Table('size_val', 'Val', row='model', col='pct', metric='accuracy_val'),
+            grid_lib.Table('later', 'Later', row='model', col='pct', where=dict(model='cnn'))]
+  grid = grid_lib.Grid(runs=runs, tables=tables)
+  by_name = records.update_results(str(tmp_path / 'r.jsonl'), grid, str(out))
+  text = report.report_markdown(grid, by_name, str(tmp_path / 'figs'), 'figs', 'r.jsonl')
+  assert '1 of 2 runs finished' in text and '| cnn | unfinished <sub>cnn_p1_s0</sub> |' in text
+  assert text.count('(No finished run of this table yet: no plot.)') == 1
+  assert sorted(os.listdir(tmp_path / 'figs')) == [
+      'size.png', 'size_compute.png', 'size_val.png', 'size_val_compute.png']
+
+
 def STUDY_CONFIG_FLOPS():  # noqa: N802
   """The study ViT's forward FLOPs per image at 28px, by vit_jax.flops."""
   return flops.count_flops(STUDY_CONFIG.model_config('vit'), 28, 10)['total']

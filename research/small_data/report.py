@@ -190,12 +190,16 @@ def report_markdown(grid: grid_lib.Grid, records: Mapping[str, Dict[str, Any]], 
            'XLA\'s count for the ResNet) x images seen, plus the teacher\'s forward when '
            'distilling; evaluation not counted.']
   for table in grid.tables:
+    parts += [f'### {table.title}', table_markdown(table, grid.runs, records)]
+    if not any(_values(names, records, table.metric)
+               for names in table_cells(table, grid.runs)[2].values()):
+      parts.append('(No finished run of this table yet: no plot.)')  # A grid still running.
+      continue
     png, compute_png = f'{table.name}.png', f'{table.name}_compute.png'
     plot_table(table, grid.runs, records, os.path.join(report_dir, png))
     plot_compute(table, grid.runs, records, os.path.join(report_dir, compute_png))
-    parts += [f'### {table.title}', table_markdown(table, grid.runs, records),
-              f'![{table.title}]({image_dir}/{png}) '
-              f'![{table.title}: by compute]({image_dir}/{compute_png})']
+    parts.append(f'![{table.title}]({image_dir}/{png}) '
+                 f'![{table.title}: by compute]({image_dir}/{compute_png})')
   parts += ['### Every run', runs_markdown(grid.runs, records)]
   return '\n\n'.join(parts) + '\n'
 
