@@ -149,7 +149,8 @@ def test_report_is_regenerated_from_the_results_file_alone(tmp_path):
     fake_run_dir(out, name, accuracy, accuracy_val=accuracy - .01, accuracy_train=1.,
                  num_examples_val=6000, num_examples_train=600)
   grid = grid_lib.Grid(runs=runs, tables=[
-      grid_lib.Table('size', 'Size', row='model', col='pct', col_label='% ', log_x=True),
+      grid_lib.Table('size', 'Size', row='model', col='pct', col_label='% ', log_x=True,
+                     baseline='cnn'),
       grid_lib.Table('size_val', 'Val', row='model', col='pct', metric='accuracy_val')])
   results = tmp_path / 'docs' / 'results.jsonl'
   records.update_results(str(results), grid, str(out))
@@ -169,6 +170,9 @@ def test_report_is_regenerated_from_the_results_file_alone(tmp_path):
   assert ('| cnn | 70.00 ± 0.00 <sub>cnn_p1_s0 cnn_p1_s1</sub> | '
           '86.00 (1 unfinished) <sub>cnn_p100_s0 cnn_p100_s1</sub> |') in lines
   assert '| vit | 60.00 ± 1.41 <sub>vit_p1_s0 vit_p1_s1</sub> |' in text  # The val table.
+  # Paired by seed (same slice): p1 -10 and -8; p100 only seed 0 has both runs.
+  assert ('| vit − cnn | -9.00 ± 1.41 (0 of 2 > 0) | -6.00 (0 of 1 > 0) |') in lines
+  assert text.count('paired by seed') == 1  # The val table has no baseline.
   assert '7 of 8 runs finished' in text and '![Size](figs/size.png)' in text
   assert '| cnn_p100_s1 | | | unfinished |' in text
   flops = STUDY_CONFIG_FLOPS()
@@ -340,3 +344,16 @@ def test_the_runner_command_lists_its_flags_and_fails_in_one_line():
   proc = subprocess.run([*command, '--grid=research/small_data/none.py'], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=300)
   assert proc.returncode == 1 and proc.stderr.strip().startswith("error: Grid file '"), proc.stderr
+
+
+def test_a_table_baseline_is_one_row_or_a_row_per_row():
+  one = grid_lib.Table('t', 'T', row='model', col='pct', baseline='cnn')
+  per_row = grid_lib.Table('t', 'T', row='init', col='pct', baseline={'vit ft': 'vit', 'x': 'y'})
+  assert report.baselines(one, ['cnn', 'vit', 'hybrid']) == {'vit': 'cnn', 'hybrid': 'cnn'}
+  assert report.baselines(per_row, ['vit', 'vit ft']) == {'vit ft': 'vit'}
+  grid = grid_lib.load_grid(STUDY_GRID)
+  (pretraining,) = [t for t in grid.tables if t.name == 'pretraining']
+  rows = report.table_cells(pretraining, grid.runs)[0]
+  assert report.baselines(pretraining, rows) == {  # Each pretrained model against itself.
+      'ViT pretrained on 0-4': 'ViT from scratch',
+      'ResNet pretrained on 0-4': 'ResNet from scratch'}

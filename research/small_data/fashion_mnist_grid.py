@@ -17,6 +17,7 @@ from vit_jax import config_lib
 
 STUDY_CONFIG = 'configs/study_fashion_mnist.py'
 POSEMBS = ('none', 'learn_2d', 'sincos2d')  # Beside the data arm's 'learn'.
+VIT_BASELINE = 'none (ViT)'  # The remedies' baseline row: the data arm's plain ViT.
 
 
 def command(**values) -> str:
@@ -101,7 +102,7 @@ def data_runs(base: Dict, s: int, plan: Plan) -> List[grid_lib.Run]:
   """
   names = {'resnet': 'ResNet', 'vit': 'ViT', 'hybrid': 'hybrid'}
   # The same runs are the remedies' baseline, hybrid-stem and locality rows.
-  extra = {'vit': dict(remedy='none (ViT)', posemb='learn'), 'hybrid': dict(remedy='hybrid stem'),
+  extra = {'vit': dict(remedy=VIT_BASELINE, posemb='learn'), 'hybrid': dict(remedy='hybrid stem'),
            'resnet': dict(remedy='ResNet (reference)')}
   return [run(f'{m}_p{p}_s{s}', dict(arm='data', model=names[m], pct=p, seed=s, **extra[m]),
               base, model=m, pct=p, seed=s, steps=plan.steps[p], evals=4 if m == 'vit' else '')
@@ -183,17 +184,20 @@ ARMS = {'data': data_runs, 'locality': locality_runs, 'remedies': remedy_runs,
         'pretrain': pretrain_runs, 'posemb': posemb_runs}
 TABLES = (
     grid_lib.Table('data_size', 'Test accuracy vs training-set size (same steps)', row='model',
-                col='pct', where=dict(arm='data'), col_label='% of train: ', log_x=True),
+                col='pct', where=dict(arm='data'), col_label='% of train: ', log_x=True,
+                baseline='ResNet'),
     grid_lib.Table('data_size_train', 'Train accuracy vs training-set size', row='model',
                 col='pct', where=dict(arm='data'), col_label='% of train: ', log_x=True,
                 metric='accuracy_train'),
     grid_lib.Table('remedies', 'ViT remedies at small data (test)', row='remedy', col='pct',
-                where=dict(pct=(1, 5)), col_label='% of train: '),
+                where=dict(pct=(1, 5)), col_label='% of train: ', baseline=VIT_BASELINE),
     grid_lib.Table('remedies_val', 'ViT remedies at small data (validation: for choices)',
                 row='remedy', col='pct', where=dict(pct=(1, 5)), col_label='% of train: ',
-                metric='accuracy_val'),
+                metric='accuracy_val', baseline=VIT_BASELINE),
     grid_lib.Table('pretraining', 'Classes 5-9: pretrained on classes 0-4 vs from scratch',
-                row='init', col='pct', col_label='% of 5-9 train: '),
+                row='init', col='pct', col_label='% of 5-9 train: ',
+                baseline={f'{m} pretrained on 0-4': f'{m} from scratch'
+                          for m in ('ViT', 'ResNet')}),
     grid_lib.Table('posemb', 'ViT position embeddings', row='posemb', col='pct',
-                where=dict(pct=5), col_label='% of train: '),
+                where=dict(pct=5), col_label='% of train: ', baseline='learn'),
 )

@@ -5,7 +5,7 @@ import os
 import re
 import shlex
 import sys
-from typing import Any, List, Mapping, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Sequence, Union
 
 from vit_jax import config_lib
 
@@ -27,7 +27,9 @@ class Table:
   (tag → value, or a tuple of allowed values) that have both tags.
 
   A cell is the mean ± std of `metric` (a results field: accuracy_test, accuracy_val or
-  accuracy_train; in %) over its runs (the seeds).
+  accuracy_train; in %) over its runs (the seeds). `baseline` (a row value, or {row: its
+  baseline row}) adds a table of paired differences: each run minus its baseline's run of the
+  same column and seed (the same data slice), so slice-to-slice spread cancels.
   """
   name: str
   title: str
@@ -37,6 +39,7 @@ class Table:
   col_label: str = ''
   log_x: bool = False
   metric: str = 'accuracy_test'
+  baseline: Union[str, Mapping[str, str]] = ''
 
 
 @dataclasses.dataclass(frozen=True)

@@ -77,6 +77,45 @@ def table_markdown(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
   return '\n'.join(lines)
 
 
+def baselines(table: grid_lib.Table, rows: Sequence[Any]) -> Dict[Any, Any]:
+  """{row: its baseline row} of the rows that have one (not the baseline itself)."""
+  if isinstance(table.baseline, str):
+    return {r: table.baseline for r in rows if table.baseline and r != table.baseline}
+  return {r: b for r, b in table.baseline.items() if r in rows}
+
+
+def paired_deltas(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
+                  records: Mapping[str, Dict[str, Any]]) -> str:
+  """Markdown: per row and column, `metric` minus the baseline row's run with the same seed
+  (same slice), in points: mean ± std over the pairs, and how many pairs are above 0."""
+  rows, cols, _ = table_cells(table, runs)
+  value = {}
+  for run in runs:
+    record = records.get(run.name, {})
+    if (all(_matches(run.tags.get(k), v) for k, v in table.where.items())
+        and table.row in run.tags and table.col in run.tags
+        and record.get(table.metric) is not None):
+      key = (run.tags[table.row], run.tags[table.col], run.tags.get('seed'))
+      value[key] = 100 * record[table.metric]
+  pairs = baselines(table, rows)
+  header = [f'{table.row} − baseline (points, paired by seed)'] + [
+      f'{table.col_label}{c}' for c in cols]
+  lines = ['| ' + ' | '.join(header) + ' |', '|' + ' --- |' * len(header)]
+  for r, base in pairs.items():
+    cells = []
+    for c in cols:
+      diffs = [v - value[(base, c, s)] for (row, col, s), v in value.items()
+               if row == r and col == c and (base, c, s) in value]
+      if not diffs:
+        cells.append('')
+        continue
+      mean, std = mean_std(diffs)
+      spread = f' ± {std:.2f}' if len(diffs) > 1 else ''
+      cells.append(f'{mean:+.2f}{spread} ({sum(d > 0 for d in diffs)} of {len(diffs)} > 0)')
+    lines.append('| ' + ' | '.join([f'{r} − {base}'] + cells) + ' |')
+  return '\n'.join(lines)
+
+
 def _pyplot():
   import matplotlib  # Imported lazily: the runner itself does not plot.
   matplotlib.use('Agg')
@@ -191,6 +230,8 @@ def report_markdown(grid: grid_lib.Grid, records: Mapping[str, Dict[str, Any]], 
            'distilling; evaluation not counted.']
   for table in grid.tables:
     parts += [f'### {table.title}', table_markdown(table, grid.runs, records)]
+    if table.baseline:
+      parts.append(paired_deltas(table, grid.runs, records))
     if not any(_values(names, records, table.metric)
                for names in table_cells(table, grid.runs)[2].values()):
       parts.append('(No finished run of this table yet: no plot.)')  # A grid still running.
