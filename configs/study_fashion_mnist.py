@@ -15,7 +15,8 @@ remedies for the ViT at 1% and 5% (RandAugment(2, 10) + pad/flip + Mixup 0.2; st
 0.1 + weight decay 0.3 + dropout 0.1; DeiT distillation through a distillation token, hard and
 soft (tau 4), from the ResNet of the same slice and seed; smaller ViTs: width 64, depth 2,
 patch 4; combined remedies); pretraining (ViT and ResNet on classes 0-4, fine-tuned on 5-9 at
-1% and 10%, against the same from scratch); position embeddings at 5%.
+1% and 10%, against the same from scratch); position embeddings at 5%; a budget arm (the plain
+ViT, strong augmentation and the combined remedies at 4x the steps).
 Data: `prepare_folders` (research/small_data/folders.py) writes Fashion-MNIST once as image
 folders (and the class subsets 0-4, 5-9 as linked folders) under `--out`/data.
 

@@ -333,6 +333,23 @@ def test_grid_steps_per_fraction_reach_every_arm():
     grid_lib.load_grid(f'{STUDY_GRID}:steps=1:700')
 
 
+def test_grid_defaults_seed_each_arm_as_planned_and_give_augmentation_4x_the_steps():
+  grid = grid_lib.load_grid(STUDY_GRID)
+  names = [r.name for r in grid.runs]
+  steps = {r.name: int(re.search(r'steps=(\d+)', r.command)[1]) for r in grid.runs}
+  assert {'vit_p5_s2_combo', 'resnet_p1_s2', 'vit_c5-9_p10_s1_finetune'} <= set(names)
+  assert not [n for n in names if 'c5-9' in n and '_s2_' in n]  # pretrain:2.
+  assert not [n for n in names if n.endswith('x4') and '_s0_' not in n]  # Budget: seed 0.
+  assert (steps['vit_p1_s0_aug_x4'], steps['vit_p5_s0_combo_x4'], steps['vit_p5_s0_x4']) == (
+      4 * steps['vit_p1_s0_aug'], 4 * steps['vit_p5_s0_combo'], 4 * steps['vit_p5_s0'])
+  assert ' --config.distill.teacher_path={out}/resnet_p5_s0/params.npz' in [
+      r for r in grid.runs if r.name == 'vit_p5_s0_combo_x4'][0].command
+  assert len(grid_lib.load_grid(f'{STUDY_GRID}:seeds=2,seeded=pretrain:5').runs) == len(
+      grid_lib.load_grid(f'{STUDY_GRID}:seeds=2,seeded=pretrain').runs)  # At most `seeds`.
+  with pytest.raises(ValueError, match=r"Unknown arm or count 'pretrain:x'"):
+    grid_lib.load_grid(f'{STUDY_GRID}:seeded=data+pretrain:x')
+
+
 def test_the_runner_command_lists_its_flags_and_fails_in_one_line():
   """`python -m research.small_data`: absl flags at module level, so `--help` lists them."""
   env = dict(os.environ, JAX_PLATFORMS='cpu')

@@ -31,31 +31,43 @@ def command(**values) -> str:
 def get_grid(arg: str = '') -> grid_lib.Grid:
   """All arms. Options: `steps=N` for every run or `steps=P:N+P:N` per data fraction (other
   runs take those of the smallest fraction with as many images: `Plan.steps_for`); `seeds=N`
-  for the arms in `seeded` (the others: seed 0 only); `pcts=P+P` the fractions of the data arm
-  (remedies: 1 and 5 of them); `full_seeds=N` the seeds of the 100% column.
+  for the arms in `seeded` (the others: seed 0 only; `ARM:N` gives that arm N seeds, at most
+  `seeds`); `pcts=P+P` the fractions of the data arm (remedies: 1 and 5 of them);
+  `full_seeds=N` the seeds of the 100% column.
 
   The default is the plan of docs/small_data_study.md (round 2). `runlocal`: 4 smoke runs.
   """
   parts, runlocal = config_lib.parse_arg(arg)
-  opts = dict(seeds='3', steps='1:1000+5:1500+100:1000', seeded='data+remedies+pretrain',
+  opts = dict(seeds='3', steps='1:1000+5:1500+100:1000', seeded='data+remedies+pretrain:2',
               pcts='1+5+100', full_seeds='1')
   for part in parts:
     key, sep, value = part.partition('=')
     if not sep or key not in opts:
       raise ValueError(f'Bad grid arg {part!r}; use seeds=N, steps=N or steps=P:N+P:N, '
-                       f'pcts=P+P, full_seeds=N, seeded=ARM+ARM (of {"+".join(ARMS)}) and/or '
-                       'runlocal.')
+                       f'pcts=P+P, full_seeds=N, seeded=ARM[:N]+ARM (of {"+".join(ARMS)}) '
+                       'and/or runlocal.')
     opts[key] = value
-  seeded = opts['seeded'].split('+')
-  if not set(seeded) <= set(ARMS):
-    raise ValueError(f'Unknown arm in seeded={opts["seeded"]}; use arms of {"+".join(ARMS)}.')
+  seeds = int(opts['seeds'])
+  arm_seeds = parse_seeded(opts['seeded'], seeds)
   pcts = tuple(int(p) for p in opts['pcts'].split('+'))
   plan = Plan(pcts, parse_steps(opts['steps'], pcts), int(opts['full_seeds']))
   base = dict(root='{out}/data', runlocal='1' if runlocal else '')
   runs = smoke_runs(dict(base, steps=plan.steps[max(pcts)])) if runlocal else [
-      r for s in range(int(opts['seeds']))  # Seed by seed: a cut grid still has every arm.
-      for name, arm in ARMS.items() if s == 0 or name in seeded for r in arm(base, s, plan)]
+      r for s in range(seeds)  # Seed by seed: a cut grid still has every arm.
+      for name, arm in ARMS.items() if s < arm_seeds.get(name, 1) for r in arm(base, s, plan)]
   return grid_lib.Grid(runs=runs, tables=TABLES, folders='{out}/data', folder_limit=8 * runlocal)
+
+
+def parse_seeded(text: str, seeds: int) -> Dict[str, int]:
+  """'data+pretrain:2' → {'data': seeds, 'pretrain': 2}: how many seeds each named arm runs."""
+  arm_seeds = {}
+  for item in text.split('+'):
+    name, _, count = item.partition(':')
+    if name not in ARMS or (count and not count.isdigit()):
+      raise ValueError(f'Unknown arm or count {item!r} in seeded={text}; use ARM or ARM:N with '
+                       f'arms of {"+".join(ARMS)}.')
+    arm_seeds[name] = min(int(count), seeds) if count else seeds
+  return arm_seeds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +149,8 @@ def remedy_runs(base: Dict, s: int, plan: Plan) -> List[grid_lib.Run]:
       teacher = teacher_flag(p, s) if values.get('remedy', '').startswith(('distill', 'combo')) \
           else ''
       values = dict(dict(model='vit'), **values)
-      runs.append(run(f'vit_p{p}_s{s}_{suffix}', dict(remedy=row, pct=p, seed=s), base,
+      runs.append(run(f'vit_p{p}_s{s}_{suffix}', dict(arm='remedies', remedy=row, pct=p, seed=s),
+                      base,
                       pct=p, seed=s, steps=plan.steps[p], extra=teacher, **values))
   return runs
 
@@ -167,6 +180,27 @@ def posemb_runs(base: Dict, s: int, plan: Plan) -> List[grid_lib.Run]:
           for pe in POSEMBS]
 
 
+BUDGET_FACTOR = 4
+BUDGET_RUNS = (  # (run-name suffix, table row, remedy): augmentation given the budget it needs.
+    ('x4', VIT_BASELINE, 'none'),
+    ('aug_x4', 'RandAug(2, 10)+Mixup 0.2', 'aug'),
+    ('combo_x4', 'combined: RandAug(2, 5)+Mixup+reg+token distill', 'combo'),
+)
+
+
+def budget_runs(base: Dict, s: int, plan: Plan) -> List[grid_lib.Run]:
+  """The plain ViT, strong augmentation and the combined remedies at 4x the steps (1%, 5%):
+  augmented runs stay far below 100% train accuracy in the remedies' budget."""
+  runs = []
+  for p in plan.pcts_of_seed(s, (1, 5)):
+    for suffix, row, remedy in BUDGET_RUNS:
+      teacher = teacher_flag(p, s) if remedy == 'combo' else ''
+      runs.append(run(f'vit_p{p}_s{s}_{suffix}', dict(arm='budget', remedy=row, pct=p, seed=s),
+                      base, model='vit', pct=p, seed=s, remedy=remedy if remedy != 'none' else '',
+                      steps=BUDGET_FACTOR * plan.steps[p], evals=4, extra=teacher))
+  return runs
+
+
 def smoke_runs(base: Dict) -> List[grid_lib.Run]:
   """One run of each dependency kind: a teacher, a token-distilled student, pretrain → fine-tune."""
   return [run('resnet_p50', dict(arm='data', model='ResNet', pct=50, seed=0), base,
@@ -181,7 +215,8 @@ def smoke_runs(base: Dict) -> List[grid_lib.Run]:
 
 
 ARMS = {'data': data_runs, 'locality': locality_runs, 'remedies': remedy_runs,
-        'pretrain': pretrain_runs, 'posemb': posemb_runs}
+        'pretrain': pretrain_runs, 'posemb': posemb_runs, 'budget': budget_runs}
+REMEDY_TABLE = dict(pct=(1, 5), arm=('data', 'remedies'))  # Not the budget arm's 4x runs.
 TABLES = (
     grid_lib.Table('data_size', 'Test accuracy vs training-set size (same steps)', row='model',
                 col='pct', where=dict(arm='data'), col_label='% of train: ', log_x=True,
@@ -190,10 +225,16 @@ TABLES = (
                 col='pct', where=dict(arm='data'), col_label='% of train: ', log_x=True,
                 metric='accuracy_train'),
     grid_lib.Table('remedies', 'ViT remedies at small data (test)', row='remedy', col='pct',
-                where=dict(pct=(1, 5)), col_label='% of train: ', baseline=VIT_BASELINE),
+                where=REMEDY_TABLE, col_label='% of train: ', baseline=VIT_BASELINE),
     grid_lib.Table('remedies_val', 'ViT remedies at small data (validation: for choices)',
-                row='remedy', col='pct', where=dict(pct=(1, 5)), col_label='% of train: ',
+                row='remedy', col='pct', where=REMEDY_TABLE, col_label='% of train: ',
                 metric='accuracy_val', baseline=VIT_BASELINE),
+    grid_lib.Table('budget', f'ViT at {BUDGET_FACTOR}x the steps (test)', row='remedy',
+                col='pct', where=dict(arm='budget'), col_label='% of train: ',
+                baseline=VIT_BASELINE),
+    grid_lib.Table('budget_train', f'ViT at {BUDGET_FACTOR}x the steps (train accuracy)',
+                row='remedy', col='pct', where=dict(arm='budget'), col_label='% of train: ',
+                metric='accuracy_train'),
     grid_lib.Table('pretraining', 'Classes 5-9: pretrained on classes 0-4 vs from scratch',
                 row='init', col='pct', col_label='% of 5-9 train: ',
                 baseline={f'{m} pretrained on 0-4': f'{m} from scratch'
