@@ -103,6 +103,11 @@ def run(name: str, tags: Dict, base: Dict, **values) -> grid_lib.Run:
   return grid_lib.Run(name, command(**base, **values), tags)
 
 
+def needs_teacher(remedy: str) -> bool:
+  """Distillation and the combined remedies read the ResNet of the same slice and seed."""
+  return remedy.startswith(('distill', 'combo'))
+
+
 def teacher_flag(p: int, s: int) -> str:
   return f' --config.distill.teacher_path={{out}}/resnet_p{p}_s{s}/params.npz'
 
@@ -146,8 +151,7 @@ def remedy_runs(base: Dict, s: int, plan: Plan) -> List[grid_lib.Run]:
   runs = []
   for p in plan.pcts_of_seed(s, (1, 5)):
     for suffix, row, values in REMEDY_RUNS:
-      teacher = teacher_flag(p, s) if values.get('remedy', '').startswith(('distill', 'combo')) \
-          else ''
+      teacher = teacher_flag(p, s) if needs_teacher(values.get('remedy', '')) else ''
       values = dict(dict(model='vit'), **values)
       runs.append(run(f'vit_p{p}_s{s}_{suffix}', dict(arm='remedies', remedy=row, pct=p, seed=s),
                       base,
@@ -182,10 +186,9 @@ def posemb_runs(base: Dict, s: int, plan: Plan) -> List[grid_lib.Run]:
 
 BUDGET_FACTOR = 4
 BUDGET_RUNS = (  # (run-name suffix, table row, remedy): augmentation given the budget it needs.
-    ('x4', VIT_BASELINE, 'none'),
-    ('aug_x4', 'RandAug(2, 10)+Mixup 0.2', 'aug'),
-    ('combo_x4', 'combined: RandAug(2, 5)+Mixup+reg+token distill', 'combo'),
-)
+    ('x4', VIT_BASELINE, ''),
+    *((f'{suffix}_x4', row, values['remedy']) for suffix, row, values in REMEDY_RUNS
+      if suffix in ('aug', 'combo')))
 
 
 def budget_runs(base: Dict, s: int, plan: Plan) -> List[grid_lib.Run]:
@@ -194,9 +197,9 @@ def budget_runs(base: Dict, s: int, plan: Plan) -> List[grid_lib.Run]:
   runs = []
   for p in plan.pcts_of_seed(s, (1, 5)):
     for suffix, row, remedy in BUDGET_RUNS:
-      teacher = teacher_flag(p, s) if remedy == 'combo' else ''
+      teacher = teacher_flag(p, s) if needs_teacher(remedy) else ''
       runs.append(run(f'vit_p{p}_s{s}_{suffix}', dict(arm='budget', remedy=row, pct=p, seed=s),
-                      base, model='vit', pct=p, seed=s, remedy=remedy if remedy != 'none' else '',
+                      base, model='vit', pct=p, seed=s, remedy=remedy,
                       steps=BUDGET_FACTOR * plan.steps[p], evals=4, extra=teacher))
   return runs
 

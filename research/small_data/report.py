@@ -88,15 +88,10 @@ def paired_deltas(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
                   records: Mapping[str, Dict[str, Any]]) -> str:
   """Markdown: per row and column, `metric` minus the baseline row's run with the same seed
   (same slice), in points: mean ± std over the pairs, and how many pairs are above 0."""
-  rows, cols, _ = table_cells(table, runs)
-  value = {}
-  for run in runs:
-    record = records.get(run.name, {})
-    if (all(_matches(run.tags.get(k), v) for k, v in table.where.items())
-        and table.row in run.tags and table.col in run.tags
-        and record.get(table.metric) is not None):
-      key = (run.tags[table.row], run.tags[table.col], run.tags.get('seed'))
-      value[key] = 100 * record[table.metric]
+  rows, cols, cells = table_cells(table, runs)
+  seed = {run.name: run.tags.get('seed') for run in runs}
+  value = {(r, c, seed[n]): 100 * records[n][table.metric] for (r, c), names in cells.items()
+           for n in names if records.get(n, {}).get(table.metric) is not None}
   pairs = baselines(table, rows)
   header = [f'{table.row} − baseline (points, paired by seed)'] + [
       f'{table.col_label}{c}' for c in cols]
