@@ -101,8 +101,8 @@ NOT_RUN = (
      'vs_timm small)'),
     (r'=(FILE|DIR|W|M|B|S)\b', 'a syntax line: FILE, DIR, W, M, B, S are placeholders'),
     (r'/tmp/(fmnist_|random_b16|photos)', 'a record of a past run: its files were on that machine'),
-    (r'runs/study/', 'a row of the study\'s generated run list (the study command above runs '
-     'its arms, shrunk)'),
+    (r'runs/study\w*/', 'a row of a study round\'s generated run list (the study command above '
+     'runs its arms, shrunk)'),
     (r'fmnist_bottleneck', 'a record: the config comes from git history (git show c9cf345)'),
     (r'--report', 'rewrites the repo\'s docs/ from a finished runs/study'),
     (r'^python -m (vit_jax|research)\.\w+$', 'a module named in prose'),
