@@ -33,28 +33,36 @@ def get_grid(arg: str = '') -> grid_lib.Grid:
   runs take those of the smallest fraction with as many images: `Plan.steps_for`); `seeds=N`
   for the arms in `seeded` (the others: seed 0 only; `ARM:N` gives that arm N seeds, at most
   `seeds`); `pcts=P+P` the fractions of the data arm (remedies: 1 and 5 of them);
-  `full_seeds=N` the seeds of the 100% column.
+  `full_seeds=N` the seeds of the 100% column; `later_pcts=P+P` the fractions where seeds
+  after the first run the remedies, `later_skip=SUFFIX+SUFFIX` remedies run at the first seed
+  only (`-` for none); `budget_pcts=P+P` the fractions of the 4x-steps arm.
 
-  The default is the plan of docs/small_data_study.md (round 2). `runlocal`: 4 smoke runs.
+  The default is the plan of docs/small_data_study.md (round 2, cut to fit its ~8 h budget:
+  later seeds of the remedies at 1% only and without patch 4, 3x the ViT's compute; the 4x
+  arm at 1%; pretraining at one seed). `runlocal`: 4 smoke runs.
   """
   parts, runlocal = config_lib.parse_arg(arg)
-  opts = dict(seeds='3', steps='1:1000+5:1500+100:1000', seeded='data+remedies+pretrain:2',
-              pcts='1+5+100', full_seeds='1')
+  opts = dict(seeds='3', steps='1:1000+5:1500+100:1000', seeded='data+remedies',
+              pcts='1+5+100', full_seeds='1', later_pcts='1', later_skip='p4', budget_pcts='1')
   for part in parts:
     key, sep, value = part.partition('=')
     if not sep or key not in opts:
       raise ValueError(f'Bad grid arg {part!r}; use seeds=N, steps=N or steps=P:N+P:N, '
-                       f'pcts=P+P, full_seeds=N, seeded=ARM[:N]+ARM (of {"+".join(ARMS)}) '
-                       'and/or runlocal.')
+                       f'pcts=P+P, full_seeds=N, seeded=ARM[:N]+ARM (of {"+".join(ARMS)}), '
+                       'later_pcts=P+P, later_skip=SUFFIX+SUFFIX, budget_pcts=P+P and/or '
+                       'runlocal.')
     opts[key] = value
   seeds = int(opts['seeds'])
   arm_seeds = parse_seeded(opts['seeded'], seeds)
   pcts = tuple(int(p) for p in opts['pcts'].split('+'))
-  plan = Plan(pcts, parse_steps(opts['steps'], pcts), int(opts['full_seeds']))
+  plan = Plan(pcts, parse_steps(opts['steps'], pcts), int(opts['full_seeds']),
+              parse_pcts(opts['later_pcts']), tuple(opts['later_skip'].strip('-').split('+')),
+              parse_pcts(opts['budget_pcts']))
   base = dict(root='{out}/data', runlocal='1' if runlocal else '')
   runs = smoke_runs(dict(base, steps=plan.steps[max(pcts)])) if runlocal else [
-      r for s in range(seeds)  # Seed by seed: a cut grid still has every arm.
-      for name, arm in ARMS.items() if s < arm_seeds.get(name, 1) for r in arm(base, s, plan)]
+      r for s in range(seeds)  # Seed by seed: a cut grid still has every arm ...
+      for name, arm in ARMS.items() if s < arm_seeds.get(name, 1) for r in arm(base, s, plan)
+  ] + budget_runs(base, 0, plan)  # ... and the longest runs come last (their teachers first).
   return grid_lib.Grid(runs=runs, tables=TABLES, folders='{out}/data', folder_limit=8 * runlocal)
 
 
@@ -76,6 +84,9 @@ class Plan:
   pcts: Tuple[int, ...]
   steps: Dict[int, int]
   full_seeds: int
+  later_pcts: Tuple[int, ...] = (1, 5)  # The remedies' fractions after the first seed.
+  later_skip: Tuple[str, ...] = ()  # Remedies (run-name suffixes) of the first seed only.
+  budget_pcts: Tuple[int, ...] = (1, 5)
 
   def pcts_of_seed(self, s: int, wanted: Tuple[int, ...] = ()) -> Tuple[int, ...]:
     """The fractions (of `wanted`, default all) that seed `s` runs: 100% only below full_seeds."""
@@ -86,6 +97,12 @@ class Plan:
     """Steps of the smallest fraction with at least `images_pct`% of train/'s images (the
     largest fraction's when none has): classes 5-9 at 10% hold 5% of the images."""
     return self.steps[min((p for p in self.steps if p >= images_pct), default=max(self.steps))]
+
+
+def parse_pcts(text: str) -> Tuple[int, ...]:
+  if not all(p.isdigit() for p in text.split('+')):
+    raise ValueError(f'Bad fractions {text!r}; use P+P, e.g. 1+5.')
+  return tuple(int(p) for p in text.split('+'))
 
 
 def parse_steps(text: str, pcts: Tuple[int, ...]) -> Dict[int, int]:
@@ -147,10 +164,13 @@ REMEDY_RUNS = (  # (run-name suffix, table row, config values)
 
 
 def remedy_runs(base: Dict, s: int, plan: Plan) -> List[grid_lib.Run]:
-  """The ViT's remedies at 1% and 5% (baseline, hybrid and Swin cells: the data arm's runs)."""
+  """The ViT's remedies at 1% and 5%, later seeds at `plan.later_pcts` without
+  `plan.later_skip` (baseline, hybrid and Swin cells: the data arm's runs)."""
   runs = []
-  for p in plan.pcts_of_seed(s, (1, 5)):
+  for p in plan.pcts_of_seed(s, (1, 5) if s == 0 else plan.later_pcts):
     for suffix, row, values in REMEDY_RUNS:
+      if s > 0 and suffix in plan.later_skip:
+        continue
       teacher = teacher_flag(p, s) if needs_teacher(values.get('remedy', '')) else ''
       values = dict(dict(model='vit'), **values)
       runs.append(run(f'vit_p{p}_s{s}_{suffix}', dict(arm='remedies', remedy=row, pct=p, seed=s),
@@ -186,16 +206,16 @@ def posemb_runs(base: Dict, s: int, plan: Plan) -> List[grid_lib.Run]:
 
 BUDGET_FACTOR = 4
 BUDGET_RUNS = (  # (run-name suffix, table row, remedy): augmentation given the budget it needs.
-    ('x4', VIT_BASELINE, ''),
     *((f'{suffix}_x4', row, values['remedy']) for suffix, row, values in REMEDY_RUNS
-      if suffix in ('aug', 'combo')))
+      if suffix == 'aug'),
+    ('x4', VIT_BASELINE, ''))  # The combined remedies at 4x (~25 min a run): cut, see the page.
 
 
 def budget_runs(base: Dict, s: int, plan: Plan) -> List[grid_lib.Run]:
-  """The plain ViT, strong augmentation and the combined remedies at 4x the steps (1%, 5%):
-  augmented runs stay far below 100% train accuracy in the remedies' budget."""
+  """Strong augmentation and the plain ViT at 4x the steps (at `plan.budget_pcts`): augmented
+  runs stay far below 100% train accuracy in the remedies' budget."""
   runs = []
-  for p in plan.pcts_of_seed(s, (1, 5)):
+  for p in plan.pcts_of_seed(s, plan.budget_pcts):
     for suffix, row, remedy in BUDGET_RUNS:
       teacher = teacher_flag(p, s) if needs_teacher(remedy) else ''
       runs.append(run(f'vit_p{p}_s{s}_{suffix}', dict(arm='budget', remedy=row, pct=p, seed=s),
@@ -218,7 +238,7 @@ def smoke_runs(base: Dict) -> List[grid_lib.Run]:
 
 
 ARMS = {'data': data_runs, 'locality': locality_runs, 'remedies': remedy_runs,
-        'pretrain': pretrain_runs, 'posemb': posemb_runs, 'budget': budget_runs}
+        'pretrain': pretrain_runs, 'posemb': posemb_runs}  # The budget arm: after all seeds.
 REMEDY_TABLE = dict(pct=(1, 5), arm=('data', 'remedies'))  # Not the budget arm's 4x runs.
 TABLES = (
     grid_lib.Table('data_size', 'Test accuracy vs training-set size (same steps)', row='model',
