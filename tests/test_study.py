@@ -321,7 +321,7 @@ def test_a_runlocal_study_run_trains_and_reports(tmp_path, monkeypatch):
 
 def test_grid_steps_per_fraction_reach_every_arm():
   grid = grid_lib.load_grid(f'{STUDY_GRID}:steps=1:700+5:900+100:1100,seeds=3,full_seeds=1,'
-                            'seeded=data+remedies+pretrain')
+                            'seeded=data+remedies+pretrain,later_pcts=1+5')
   steps = {r.name: int(re.search(r'steps=(\d+)', r.command)[1]) for r in grid.runs}
   assert (steps['vit_p1_s2'], steps['vit_p5_s2_dtok'], steps['resnet_p100_s0']) == (
       700, 900, 1100)
@@ -337,17 +337,25 @@ def test_grid_defaults_seed_each_arm_as_planned_and_give_augmentation_4x_the_ste
   grid = grid_lib.load_grid(STUDY_GRID)
   names = [r.name for r in grid.runs]
   steps = {r.name: int(re.search(r'steps=(\d+)', r.command)[1]) for r in grid.runs}
-  assert {'vit_p5_s2_combo', 'resnet_p1_s2', 'vit_c5-9_p10_s1_finetune'} <= set(names)
-  assert not [n for n in names if 'c5-9' in n and '_s2_' in n]  # pretrain:2.
-  assert not [n for n in names if n.endswith('x4') and '_s0_' not in n]  # Budget: seed 0.
-  assert (steps['vit_p1_s0_aug_x4'], steps['vit_p5_s0_combo_x4'], steps['vit_p5_s0_x4']) == (
-      4 * steps['vit_p1_s0_aug'], 4 * steps['vit_p5_s0_combo'], 4 * steps['vit_p5_s0'])
-  assert ' --config.distill.teacher_path={out}/resnet_p5_s0/params.npz' in [
-      r for r in grid.runs if r.name == 'vit_p5_s0_combo_x4'][0].command
+  assert {'vit_p1_s2_combo', 'resnet_p5_s2', 'hybrid_p5_s2', 'vit_c5-9_p10_s0_finetune'} <= set(
+      names)
+  assert not [n for n in names if 'c5-9' in n and '_s0_' not in n]  # Pretraining: one seed.
+  assert not [n for n in names if re.fullmatch(r'vit_p5_s[12]_\w+', n)]  # Later seeds: 1%.
+  assert 'vit_p1_s0_p4' in names and 'vit_p1_s1_p4' not in names  # later_skip=p4.
+  assert [n for n in names if n.endswith('x4')] == names[-2:] == ['vit_p1_s0_aug_x4',
+                                                                  'vit_p1_s0_x4']
+  assert (steps['vit_p1_s0_aug_x4'], steps['vit_p1_s0_x4']) == (
+      4 * steps['vit_p1_s0_aug'], 4 * steps['vit_p1_s0'])
+  wider = grid_lib.load_grid(f'{STUDY_GRID}:later_pcts=1+5,later_skip=-,budget_pcts=1+5')
+  wider_names = {r.name for r in wider.runs}
+  assert {'vit_p5_s2_p4', 'vit_p5_s0_x4'} <= wider_names and len(wider.runs) == len(
+      grid.runs) + 2 * 8 + 2 * 1 + 2  # 5% remedies and 1% p4 for seeds 1, 2; 5% x4 runs.
   assert len(grid_lib.load_grid(f'{STUDY_GRID}:seeds=2,seeded=pretrain:5').runs) == len(
       grid_lib.load_grid(f'{STUDY_GRID}:seeds=2,seeded=pretrain').runs)  # At most `seeds`.
   with pytest.raises(ValueError, match=r"Unknown arm or count 'pretrain:x'"):
     grid_lib.load_grid(f'{STUDY_GRID}:seeded=data+pretrain:x')
+  with pytest.raises(ValueError, match=r"Bad fractions '1 5'"):
+    grid_lib.load_grid(f'{STUDY_GRID}:budget_pcts=1 5')
 
 
 def test_the_runner_command_lists_its_flags_and_fails_in_one_line():
