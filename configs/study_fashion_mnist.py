@@ -15,8 +15,9 @@ remedies for the ViT at 1% and 5% (RandAugment(2, 10) + pad/flip + Mixup 0.2; st
 0.1 + weight decay 0.3 + dropout 0.1; DeiT distillation through a distillation token, hard and
 soft (tau 4), from the ResNet of the same slice and seed; smaller ViTs: width 64, depth 2,
 patch 4; combined remedies); pretraining (ViT and ResNet on classes 0-4, fine-tuned on 5-9 at
-1% and 10%, against the same from scratch); position embeddings at 5%; a budget arm (the plain
-ViT, strong augmentation and the combined remedies at 4x the steps).
+1% and 10%, against the same from scratch); position embeddings at 5%; a budget arm (strong
+augmentation and the plain ViT at 4x the steps). Which seeds and fractions each arm runs: the
+grid's defaults (research/small_data/fashion_mnist_grid.py).
 Data: `prepare_folders` (research/small_data/folders.py) writes Fashion-MNIST once as image
 folders (and the class subsets 0-4, 5-9 as linked folders) under `--out`/data.
 
