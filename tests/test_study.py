@@ -382,3 +382,20 @@ def test_a_table_baseline_is_one_row_or_a_row_per_row():
   assert report.baselines(pretraining, rows) == {  # Each pretrained model against itself.
       'ViT pretrained on 0-4': 'ViT from scratch',
       'ResNet pretrained on 0-4': 'ResNet from scratch'}
+
+
+def test_the_study_page_is_the_report_of_the_committed_results(tmp_path):
+  """docs/small_data_study.md's generated block is what the report command makes from the
+  committed docs/study/results.jsonl with today's grid: no typed or stale number on the page."""
+  page = os.path.join(ROOT, 'docs', 'small_data_study.md')
+  results = os.path.join('docs', 'study', 'results.jsonl')
+  grid = grid_lib.load_grid(STUDY_GRID)
+  by_name = records.read_results(os.path.join(ROOT, results))
+  text = report.report_markdown(grid, by_name, str(tmp_path), 'study', results)
+  with open(page) as f:
+    content = f.read()
+  block = content[content.index(report.DOC_BEGIN) + len(report.DOC_BEGIN) + 1:
+                  content.index(report.DOC_END)]
+  assert block == text
+  assert all(r.get('finished') for r in by_name.values())  # Only finished runs are committed.
+  assert set(by_name) <= {r.name for r in grid.runs}  # No record of a run the grid lost.
