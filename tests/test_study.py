@@ -356,6 +356,8 @@ def test_grid_defaults_seed_each_arm_as_planned_and_give_augmentation_4x_the_ste
     grid_lib.load_grid(f'{STUDY_GRID}:seeded=data+pretrain:x')
   with pytest.raises(ValueError, match=r"Bad fractions '1 5'"):
     grid_lib.load_grid(f'{STUDY_GRID}:budget_pcts=1 5')
+  with pytest.raises(ValueError, match=r"Unknown remedy 'p5' in later_skip=p5"):
+    grid_lib.load_grid(f'{STUDY_GRID}:later_skip=p5')
 
 
 def test_the_runner_command_lists_its_flags_and_fails_in_one_line():

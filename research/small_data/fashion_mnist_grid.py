@@ -54,9 +54,9 @@ def get_grid(arg: str = '') -> grid_lib.Grid:
     opts[key] = value
   seeds = int(opts['seeds'])
   arm_seeds = parse_seeded(opts['seeded'], seeds)
-  pcts = tuple(int(p) for p in opts['pcts'].split('+'))
+  pcts = parse_pcts(opts['pcts'])
   plan = Plan(pcts, parse_steps(opts['steps'], pcts), int(opts['full_seeds']),
-              parse_pcts(opts['later_pcts']), tuple(opts['later_skip'].strip('-').split('+')),
+              parse_pcts(opts['later_pcts']), parse_skip(opts['later_skip']),
               parse_pcts(opts['budget_pcts']))
   base = dict(root='{out}/data', runlocal='1' if runlocal else '')
   runs = smoke_runs(dict(base, steps=plan.steps[max(pcts)])) if runlocal else [
@@ -84,9 +84,9 @@ class Plan:
   pcts: Tuple[int, ...]
   steps: Dict[int, int]
   full_seeds: int
-  later_pcts: Tuple[int, ...] = (1, 5)  # The remedies' fractions after the first seed.
-  later_skip: Tuple[str, ...] = ()  # Remedies (run-name suffixes) of the first seed only.
-  budget_pcts: Tuple[int, ...] = (1, 5)
+  later_pcts: Tuple[int, ...]  # The remedies' fractions after the first seed.
+  later_skip: Tuple[str, ...]  # Remedies (run-name suffixes) of the first seed only.
+  budget_pcts: Tuple[int, ...]
 
   def pcts_of_seed(self, s: int, wanted: Tuple[int, ...] = ()) -> Tuple[int, ...]:
     """The fractions (of `wanted`, default all) that seed `s` runs: 100% only below full_seeds."""
@@ -103,6 +103,16 @@ def parse_pcts(text: str) -> Tuple[int, ...]:
   if not all(p.isdigit() for p in text.split('+')):
     raise ValueError(f'Bad fractions {text!r}; use P+P, e.g. 1+5.')
   return tuple(int(p) for p in text.split('+'))
+
+
+def parse_skip(text: str) -> Tuple[str, ...]:
+  """'p4+w64' → those remedies' run-name suffixes (each one of REMEDY_RUNS); '-' → none."""
+  skip = () if text == '-' else tuple(text.split('+'))
+  unknown = [s for s in skip if s not in REMEDY_ROWS]
+  if unknown:
+    raise ValueError(f'Unknown remedy {unknown[0]!r} in later_skip={text}; use - or suffixes of '
+                     f'{"+".join(REMEDY_ROWS)}.')
+  return skip
 
 
 def parse_steps(text: str, pcts: Tuple[int, ...]) -> Dict[int, int]:
@@ -205,9 +215,9 @@ def posemb_runs(base: Dict, s: int, plan: Plan) -> List[grid_lib.Run]:
 
 
 BUDGET_FACTOR = 4
+REMEDY_ROWS = {suffix: row for suffix, row, _ in REMEDY_RUNS}
 BUDGET_RUNS = (  # (run-name suffix, table row, remedy): augmentation given the budget it needs.
-    *((f'{suffix}_x4', row, values['remedy']) for suffix, row, values in REMEDY_RUNS
-      if suffix == 'aug'),
+    ('aug_x4', REMEDY_ROWS['aug'], 'aug'),
     ('x4', VIT_BASELINE, ''))  # The combined remedies at 4x (~25 min a run): cut, see the page.
 
 
