@@ -399,5 +399,9 @@ def test_the_study_page_is_the_report_of_the_committed_results(tmp_path):
   block = content[content.index(report.DOC_BEGIN) + len(report.DOC_BEGIN) + 1:
                   content.index(report.DOC_END)]
   assert block == text
+  prose = content[:content.index(report.DOC_BEGIN)]  # Its mean ± std figures come from the block.
+  typed = [f for f in re.findall(r'[−+-]?\d+\.\d\d ± \d+\.\d\d', prose)
+           if f.replace('−', '-') not in block]
+  assert not typed, f'the page quotes {typed}, which its generated tables do not hold'
   assert all(r.get('finished') for r in by_name.values())  # Only finished runs are committed.
   assert set(by_name) <= {r.name for r in grid.runs}  # No record of a run the grid lost.
