@@ -66,6 +66,24 @@ SWIN_EXTRAS = dict(
 )
 
 
+FAMILIES = ('vit', 'hybrid', 'mixer', 'swin', 'resnet')
+
+
+def family_of(model_config: Any) -> str:
+  """The model family of a model config: one of `FAMILIES`.
+
+  Code that branches on the family calls this (never tests for keys itself), so the family is
+  decided in one place.
+  """
+  if is_mixer(model_config):
+    return 'mixer'
+  if is_swin(model_config):
+    return 'swin'
+  if is_resnet(model_config):
+    return 'resnet'
+  return 'hybrid' if model_config.get('resnet') is not None else 'vit'
+
+
 def is_mixer(model_config: Any) -> bool:
   return 'hidden_dim' in model_config
 
