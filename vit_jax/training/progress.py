@@ -1,7 +1,7 @@
 """What a run reports as it trains: one log line and one scalar record per interval."""
 
 import time
-from typing import Dict
+from typing import Dict, Optional
 
 import jax
 import jax.numpy as jnp
@@ -42,14 +42,29 @@ class ProgressLog:
     logging.info('Step %d/%d (%.1f%%): loss=%.4f lr=%.3g img/s/core=%.1f data-wait=%.0f%% '
                  'ETA=%s', step, self.total, 100 * done, loss, lr, img_s_core, 100 * wait,
                  _fmt_seconds(eta))
-    self.write(step, {'train_loss': loss, 'lr': lr, 'img_sec_core_train': img_s_core,
-                      'data_wait_fraction': wait})
+    scalars = {'train_loss': loss, 'lr': lr, 'img_sec_core_train': img_s_core,
+               'data_wait_fraction': wait}
+    peak = peak_memory_mb()
+    if peak is not None:
+      scalars['peak_memory_mb'] = peak
+    self.write(step, scalars)
     self.last_step, self.last_time, self.data_wait = step, now, 0.
 
   def write(self, step: int, scalars: Dict[str, float]) -> None:
     self.writer.write_scalars(step, scalars)
     if jax.process_index() == 0:
       plotting.append_history(self.history_path, step, scalars)
+
+
+def peak_memory_mb() -> Optional[float]:
+  """The largest peak allocation so far over this process's devices, in MiB.
+
+  None where the backend keeps no allocator statistics (`memory_stats()` is None on CPU).
+  """
+  peaks = [stats['peak_bytes_in_use'] for stats in
+           (device.memory_stats() for device in jax.local_devices())
+           if stats and 'peak_bytes_in_use' in stats]
+  return max(peaks) / 2**20 if peaks else None
 
 
 def _fmt_seconds(seconds: float) -> str:
