@@ -351,23 +351,35 @@ def worker_spec(settings: Settings, folder: str) -> Dict[str, Any]:
 
 
 def run_step_only(settings: Settings, folder: str) -> Dict[str, Any]:
-  """Both workers compile side by side, then run blocks in turn; the jax one is profiled."""
+  """Both workers compile side by side, then run blocks in turn; the jax one is profiled.
+
+  A timm worker that fails to start (torch.compile or memory) is reported in 'errors' and the
+  jax figures are kept: the run is meant to be made once, on a lent machine.
+  """
   spec = worker_spec(settings, folder)
-  workers = [Worker(k, settings, spec) for k in ['jax'] + (['timm'] if settings.timm else [])]
-  ready = {w.kind: w.read() for w in workers}
+  started = [Worker(k, settings, spec) for k in ['jax'] + (['timm'] if settings.timm else [])]
+  ready, errors = {}, {}
+  for w in started:
+    try:
+      ready[w.kind] = w.read()
+    except RuntimeError as e:
+      if w.kind == 'jax':
+        raise
+      errors[w.kind] = str(e)
+  workers = [w for w in started if w.kind in ready]
   for _ in range(settings.rounds):
     for w in workers:
       w.block(settings.block_steps)
-  trace = (workers[0].ask(f'profile {settings.profile_steps}')['trace']
-           if settings.profile_steps else [])
+  trace = (workers[0].ask(f'profile {settings.profile_steps}')
+           if settings.profile_steps else {'trace': []})
   result = {}
   for w in workers:
     done = w.finish()
     median = float(np.median(w.blocks))
     result[w.kind] = dict(ready[w.kind], **done, img_s=settings.batch * settings.block_steps /
                           median, block_s=w.blocks)
-  result['jax']['trace'] = trace
-  return result
+  result['jax'].update(trace)
+  return {'workers': result, 'errors': errors}
 
 
 def apply_overrides(config: Any, overrides: Dict[str, Any]) -> Any:
@@ -396,7 +408,7 @@ def _serve(step, sync, peak_mb, profile=None) -> None:
       sync()
       _emit(seconds=time.perf_counter() - start)
     elif command == 'profile':
-      _emit(trace=profile(int(args[0])))
+      _emit(**profile(int(args[0])))
     else:
       _emit(peak_memory_mb=peak_mb())
       return
@@ -431,13 +443,17 @@ def jax_worker(spec: Dict[str, Any]) -> None:
   def sync():
     jax.block_until_ready(state['now'])
 
-  def profile(steps: int) -> List[str]:
+  def profile(steps: int) -> Dict[str, Any]:
+    """The trace's files; a profiler that cannot start (no CUPTI) is reported, not fatal."""
     before = set(_files_under(spec['profile_dir']))
-    with jax.profiler.trace(spec['profile_dir']):
-      for _ in range(steps):
-        step()
-      sync()
-    return sorted(set(_files_under(spec['profile_dir'])) - before)
+    try:
+      with jax.profiler.trace(spec['profile_dir']):
+        for _ in range(steps):
+          step()
+        sync()
+    except Exception as e:  # noqa: BLE001  # The timings are taken: keep them.
+      return {'trace': [], 'trace_error': f'{type(e).__name__}: {e}'}
+    return {'trace': sorted(set(_files_under(spec['profile_dir'])) - before)}
 
   def peak_mb():
     stats = jax.local_devices()[0].memory_stats()
@@ -499,6 +515,7 @@ def summarize(settings: Settings, e2e: Dict[str, Any], step_only: Dict[str, Any]
   MFU is img/s x 3 x the forward FLOPs per image (`vit_jax.flops`, counted by the jax worker
   for the run's model, crop and classes) over `--peak_tflops` x the devices.
   """
+  errors, step_only = step_only['errors'], step_only['workers']
   ours = step_only['jax']
   flops_per_image = ours['train_flops_per_image']
   devices = ours['devices']
@@ -520,7 +537,8 @@ def summarize(settings: Settings, e2e: Dict[str, Any], step_only: Dict[str, Any]
       # A persistent compilation cache turns compile_s into a cache read: say when one was on.
       'compilation_cache': os.environ.get('JAX_COMPILATION_CACHE_DIR'),
       'final_train_loss': steady['final_train_loss'], 'stage_s': stage_s,
-      'step_only': {k: dict(v, mfu=mfu(v['img_s'])) for k, v in step_only.items()}}
+      'step_only': {k: dict(v, mfu=mfu(v['img_s'])) for k, v in step_only.items()},
+      'step_only_errors': errors}
   result['e2e_over_step_only'] = result['e2e_img_s'] / ours['img_s']
   if 'timm' in step_only:
     result['ours_over_timm'] = ours['img_s'] / step_only['timm']['img_s']

@@ -164,3 +164,36 @@ def test_prefetch_depth_does_not_change_training(tmp_path):
     with open(os.path.join(workdir, 'metrics.jsonl')) as f:
       losses.append([r['train_loss'] for r in map(json.loads, f) if 'train_loss' in r])
   assert len(losses[0]) == 4 and losses[0] == losses[1]
+
+
+class _FakeWorker:
+  """A step-only worker whose timm side fails to start (as torch.compile or an OOM would)."""
+
+  def __init__(self, kind, settings, spec):
+    del settings, spec
+    self.kind, self.blocks = kind, []
+
+  def read(self):
+    if self.kind == 'timm':
+      raise RuntimeError('the timm worker exited with 1')
+    return {'devices': 1, 'device': 'cpu', 'train_flops_per_image': 3.}
+
+  def block(self, steps):
+    self.blocks.append(0.5)
+
+  def ask(self, command):
+    assert command == 'profile 1'
+    return {'trace': ['t.pb']}
+
+  def finish(self):
+    return {'peak_memory_mb': None}
+
+
+def test_a_failed_timm_worker_keeps_the_jax_figures():
+  settings = mock.Mock(timm=True, rounds=2, block_steps=3, batch=4, profile_steps=1)
+  with mock.patch.object(gpu_e2e, 'Worker', _FakeWorker), \
+      mock.patch.object(gpu_e2e, 'worker_spec', return_value={}):
+    result = gpu_e2e.run_step_only(settings, 'folder')
+  assert result['errors'] == {'timm': 'the timm worker exited with 1'}
+  assert result['workers']['jax']['img_s'] == pytest.approx(4 * 3 / 0.5)
+  assert result['workers']['jax']['trace'] == ['t.pb'] and 'timm' not in result['workers']
