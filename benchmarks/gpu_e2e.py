@@ -138,6 +138,8 @@ def settings_from_flags(fv: flags.FlagValues) -> Settings:
                      f'the compile); use at least 2 x --progress_every={settings.progress_every}.')
   if settings.peak_tflops <= 0:
     raise ValueError(f'--peak_tflops={settings.peak_tflops} must be positive.')
+  if settings.profile_steps < 0:
+    raise ValueError(f'--profile_steps={settings.profile_steps} must be 0 (no trace) or more.')
   return settings
 
 
@@ -603,11 +605,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f'gpu_e2e: error: {e}', file=sys.stderr)
     return 1
   r = run_benchmark(settings)
+  compile_s = 'not logged' if r['compile_s'] is None else f'{r["compile_s"]:.1f} s'
   print(f'{r["device"]}: end to end {r["e2e_img_s"]:.1f} img/s, MFU {r["mfu"]:.1%} of '
         f'{r["peak_tflops"]:g} TFLOP/s, data-wait {r["data_wait_fraction"]:.1%}, compile '
-        f'{r["compile_s"]} s; step-only {r["step_only"]["jax"]["img_s"]:.1f} img/s '
+        f'{compile_s}; step-only {r["step_only"]["jax"]["img_s"]:.1f} img/s '
         f'(e2e/step-only {r["e2e_over_step_only"]:.2f})'
-        + (f', ours/timm {r["ours_over_timm"]:.2f}' if 'ours_over_timm' in r else ''))
+        + (f', ours/timm {r["ours_over_timm"]:.2f}' if 'ours_over_timm' in r else '')
+        + ''.join(f'; {k} failed: {v}' for k, v in r['step_only_errors'].items()))
   print(f'Wrote {os.path.join(settings.out, "gpu_e2e.json")}; trace in '
         f'{os.path.join(settings.out, "profile")}.\n{MARKDOWN_HEADER}\n{markdown_row(r)}')
   return 0

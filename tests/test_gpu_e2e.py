@@ -104,6 +104,7 @@ def test_compile_time_is_the_train_steps_own():
     (['--tiny', '--steps=3'], 'leaves no interval after the first'),
     (['--batch=0'], '--batch=0 must be at least 1'),
     (['--peak_tflops=0'], 'must be positive'),
+    (['--profile_steps=-1'], 'must be 0 (no trace) or more'),
     (['extra'], 'unexpected arguments'),
 ])
 def test_bad_flags_are_one_line(argv, message, capsys):
