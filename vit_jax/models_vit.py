@@ -255,6 +255,7 @@ class VisionTransformer(nn.Module):
   classifier: str = 'token'
   head_bias_init: float = 0.
   model_name: Optional[str] = None
+  family: str = 'vit'  # 'vit' or 'hybrid' (with `resnet`): what `presets.family_of` reads.
   posemb: str = 'learn'
   stochastic_depth: float = 0.
   dtype: Dtype = jnp.float32

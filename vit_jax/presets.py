@@ -70,18 +70,20 @@ FAMILIES = ('vit', 'hybrid', 'mixer', 'swin', 'resnet')
 
 
 def family_of(model_config: Any) -> str:
-  """The model family of a model config: one of `FAMILIES`.
+  """The model family a model config declares in its `family` field: one of `FAMILIES`.
 
-  Code that branches on the family calls this (never tests for keys itself), so the family is
-  decided in one place.
+  Every preset, experiment config and checkpoint description declares it; code that branches
+  on the family calls this, never tests which keys a config has.
+
+  Raises:
+    ValueError: a config without a (known) `family`: one line saying what to add.
   """
-  if is_mixer(model_config):
-    return 'mixer'
-  if is_swin(model_config):
-    return 'swin'
-  if is_resnet(model_config):
-    return 'resnet'
-  return 'hybrid' if model_config.get('resnet') is not None else 'vit'
+  family = model_config.get('family')
+  if family not in FAMILIES:
+    name = model_config.get('model_name') or 'the model config'
+    raise ValueError(f'{name} declares family={family!r}; set its `family` field to one of '
+                     f'{", ".join(FAMILIES)} (presets.vit/.../small_vit set it).')
+  return family
 
 
 def is_mixer(model_config: Any) -> bool:
@@ -107,6 +109,7 @@ def vit(name: str, patch: int, hidden: int, mlp: int, heads: int, layers: int, *
   """
   config = ml_collections.ConfigDict()
   config.model_name = name
+  config.family = 'vit' if resnet is None else 'hybrid'
   config.patches = ml_collections.ConfigDict({'size': (patch, patch)})
   config.hidden_size = hidden
   config.transformer = ml_collections.ConfigDict(dict(
@@ -123,24 +126,25 @@ def vit(name: str, patch: int, hidden: int, mlp: int, heads: int, layers: int, *
 def _mixer(name: str, patch: int, hidden: int, blocks: int, tokens_mlp: int,
            channels_mlp: int) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(
-      model_name=name, patches=ml_collections.ConfigDict({'size': (patch, patch)}),
-      hidden_dim=hidden, num_blocks=blocks, tokens_mlp_dim=tokens_mlp,
-      channels_mlp_dim=channels_mlp))
+      model_name=name, family='mixer',
+      patches=ml_collections.ConfigDict({'size': (patch, patch)}), hidden_dim=hidden,
+      num_blocks=blocks, tokens_mlp_dim=tokens_mlp, channels_mlp_dim=channels_mlp))
 
 
 def _resnet(name: str, stage_sizes: Sequence[int], width_factor: float, *, root_kernel: int = 7,
             root_stride: int = 2, root_pool: bool = True) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(
-      model_name=name, stage_sizes=tuple(stage_sizes), width_factor=float(width_factor),
-      root_kernel=root_kernel, root_stride=root_stride, root_pool=root_pool))
+      model_name=name, family='resnet', stage_sizes=tuple(stage_sizes),
+      width_factor=float(width_factor), root_kernel=root_kernel, root_stride=root_stride,
+      root_pool=root_pool))
 
 
 def _swin(name: str, patch: int, embed_dim: int, depths: Sequence[int], heads: Sequence[int],
           window: int) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(
-      model_name=name, patches=ml_collections.ConfigDict({'size': (patch, patch)}),
-      embed_dim=embed_dim, depths=tuple(depths), num_heads=tuple(heads), window_size=window,
-      mlp_ratio=4.))
+      model_name=name, family='swin',
+      patches=ml_collections.ConfigDict({'size': (patch, patch)}), embed_dim=embed_dim,
+      depths=tuple(depths), num_heads=tuple(heads), window_size=window, mlp_ratio=4.))
 
 
 def _register(config: ml_collections.ConfigDict) -> None:

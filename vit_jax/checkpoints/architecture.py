@@ -66,7 +66,7 @@ def _mixer_fields(tree: Mapping[str, Any]) -> Tuple[Dict[str, Any], Tuple[int, i
   block = tree['MixerBlock_0']
   tokens = block['token_mixing']['Dense_0']['kernel'][0]
   side = presets.square_side(tokens)
-  fields = dict(patches={'size': tuple(stem[:2])}, hidden_dim=stem[3],
+  fields = dict(family='mixer', patches={'size': tuple(stem[:2])}, hidden_dim=stem[3],
                 num_blocks=_count(tree, r'MixerBlock_\d+'),
                 tokens_mlp_dim=block['token_mixing']['Dense_0']['kernel'][1],
                 channels_mlp_dim=block['channel_mixing']['Dense_0']['kernel'][1])
@@ -103,14 +103,15 @@ def _vit_fields(tree: Mapping[str, Any]) -> Tuple[Dict[str, Any], Optional[Tuple
     grid = (side, side) if side is not None else None
   else:
     posemb = 'sincos2d' if hidden % 4 == 0 else 'none'
+  resnet = _resnet_fields(tree)
   fields = dict(
+      family='vit' if resnet is None else 'hybrid',
       patches={'size': tuple(tree['embedding']['kernel'][:2])}, hidden_size=hidden,
       transformer=dict(mlp_dim=block['MlpBlock_0']['Dense_0']['kernel'][1], num_heads=heads,
                        num_layers=_count(encoder, r'encoderblock_\d+')),
       classifier='token' if prefix else 'gap',
       representation_size=tree['pre_logits']['kernel'][1] if 'pre_logits' in tree else None,
       posemb=posemb)
-  resnet = _resnet_fields(tree)
   if resnet is not None:
     fields['resnet'] = resnet
   return fields, grid
@@ -119,7 +120,7 @@ def _vit_fields(tree: Mapping[str, Any]) -> Tuple[Dict[str, Any], Optional[Tuple
 def _resnet_classifier_fields(tree: Mapping[str, Any]) -> Dict[str, Any]:
   """Stage sizes, width and root kernel of a ResNet classifier (`models_resnet.ResNet`)."""
   stem = _resnet_fields(tree)  # The same root and units as a hybrid's stem.
-  return dict(stage_sizes=stem['num_layers'], width_factor=stem['width_factor'],
+  return dict(family='resnet', stage_sizes=stem['num_layers'], width_factor=stem['width_factor'],
               root_kernel=tree['conv_root']['kernel'][0])
 
 
@@ -269,7 +270,7 @@ def _swin_config(tree: Mapping[str, Any]) -> Dict[str, Any]:
     fields = swin_timm.swin_fields(tree)
   except (KeyError, ValueError) as e:
     raise CheckpointError(f'an incomplete Swin checkpoint ({type(e).__name__}: {e}).') from None
-  return dict(presets.SWIN_EXTRAS, **fields)
+  return dict(presets.SWIN_EXTRAS, family='swin', **fields)
 
 
 def architecture(params: Mapping[str, Any]) -> Architecture:
@@ -310,6 +311,16 @@ def architecture(params: Mapping[str, Any]) -> Architecture:
                       grid=grid, image_size=image_size, assumed=tuple(assumed))
 
 
+def preset_family(model: Mapping[str, Any]) -> Optional[str]:
+  """The family of the preset a model description names (`model_name`), or None.
+
+  How a description written before configs declared `family` gets one: a preset's name says
+  it (runlocal and overrides keep the family); otherwise the file's shapes do (`architecture`).
+  """
+  preset = presets.MODEL_CONFIGS.get(model.get('model_name') or '')
+  return None if preset is None else preset.family
+
+
 def conform(arch: Architecture, declared: Any, declared_name: str) -> Architecture:
   """`arch` completed by a declared model config (run metadata, --model) that fits the file.
 
@@ -319,6 +330,9 @@ def conform(arch: Architecture, declared: Any, declared_name: str) -> Architectu
   Raises:
     CheckpointError: one line naming the first field where `declared` contradicts the file.
   """
+  if not declared.get('family'):  # Descriptions written before configs declared it.
+    declared = dict(plain_config(declared),
+                    family=preset_family(declared) or arch.config.family)
   problem = first_difference(arch.config, declared, declared_name)
   if problem:
     raise CheckpointError(problem)
