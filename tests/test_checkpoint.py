@@ -21,7 +21,7 @@ from vit_jax import presets
 from vit_jax.checkpoints import npz_format
 
 
-TOKEN = {'classifier': 'token', 'representation_size': None}  # The model_config fields read.
+TOKEN = {'family': 'vit', 'classifier': 'token', 'representation_size': None}  # Fields read.
 
 
 def _transformer(layers=2):

@@ -84,7 +84,7 @@ def _warn_if_described_otherwise(path: str, model_config: Any) -> None:
   so the shapes fit and fine-tuning would silently start from another model than was trained.
   """
   described = (metadata_lib.read_metadata(path) or {}).get('model') or {}
-  if not described or presets.is_mixer(model_config) or presets.is_resnet(model_config):
+  if not described or presets.family_of(model_config) in ('mixer', 'resnet'):
     return
   # Fields a preset leaves out take the official defaults.
   config = architecture.full_vit_config(model_config)

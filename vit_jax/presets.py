@@ -67,6 +67,9 @@ SWIN_EXTRAS = dict(
 
 
 FAMILIES = ('vit', 'hybrid', 'mixer', 'swin', 'resnet')
+# The extra fields `config_lib.with_model` adds to a preset of each family (Mixers have none).
+EXTRAS = {'vit': VIT_EXTRAS, 'hybrid': VIT_EXTRAS, 'mixer': {}, 'swin': SWIN_EXTRAS,
+          'resnet': RESNET_EXTRAS}
 
 
 def family_of(model_config: Any) -> str:
@@ -84,20 +87,6 @@ def family_of(model_config: Any) -> str:
     raise ValueError(f'{name} declares family={family!r}; set its `family` field to one of '
                      f'{", ".join(FAMILIES)} (presets.vit/.../small_vit set it).')
   return family
-
-
-def is_mixer(model_config: Any) -> bool:
-  return 'hidden_dim' in model_config
-
-
-def is_swin(model_config: Any) -> bool:
-  """A Swin Transformer (`models_swin.SwinTransformer`)."""
-  return 'window_size' in model_config
-
-
-def is_resnet(model_config: Any) -> bool:
-  """A plain ResNet classifier (`models_resnet.ResNet`), not a ViT hybrid with a ResNet root."""
-  return 'stage_sizes' in model_config
 
 
 def vit(name: str, patch: int, hidden: int, mlp: int, heads: int, layers: int, *,
@@ -150,7 +139,7 @@ def _swin(name: str, patch: int, embed_dim: int, depths: Sequence[int], heads: S
 def _register(config: ml_collections.ConfigDict) -> None:
   name = config.model_name
   MODEL_CONFIGS[name] = config.lock()
-  if not (is_resnet(config) or is_swin(config)) and 'Mixer' not in name and name not in _NO_AUGREG:
+  if family_of(config) in ('vit', 'hybrid') and name not in _NO_AUGREG:
     AUGREG_CONFIGS[name.replace('ViT-', '').replace('+', '_')] = config
 
 
@@ -225,21 +214,22 @@ def token_grid(model_config: Any, image_size: Sequence[int]) -> Tuple[int, int]:
   For a plain ResNet or a Swin: the grid of its last feature map.
   """
   h, w = image_size
-  if is_swin(model_config):  # Patch embedding, then 2x per later stage (odd sides padded).
+  family = family_of(model_config)
+  if family == 'swin':  # Patch embedding, then 2x per later stage (odd sides padded).
     ph, pw = model_config['patches']['size']
     h, w = h // ph, w // pw
     for _ in range(len(model_config['depths']) - 1):
       h, w = math.ceil(h / 2), math.ceil(w / 2)
     return h, w
-  if is_resnet(model_config):
+  if family == 'resnet':
     # SAME padding throughout: the root conv, the 3x3/2 pool, then 2x per stage after the 1st.
     strides = [model_config['root_stride']] + [2] * (
         bool(model_config['root_pool']) + max(len(model_config['stage_sizes']) - 1, 0))
     for stride in strides:
       h, w = math.ceil(h / stride), math.ceil(w / stride)
     return h, w
-  resnet = model_config.get('resnet')
-  if resnet is not None:
+  if family == 'hybrid':
+    resnet = model_config['resnet']
     # Root: stride-2 conv and stride-2 max-pool, both SAME; then stride 2 per stage after the 1st.
     stride_steps = 2 + max(len(resnet['num_layers']) - 1, 0)
     for _ in range(stride_steps):
@@ -250,23 +240,25 @@ def token_grid(model_config: Any, image_size: Sequence[int]) -> Tuple[int, int]:
 
 def token_stride(model_config: Any) -> int:
   """Input pixels per token (or per cell of a ResNet's last feature map) along each axis."""
-  if is_resnet(model_config):
+  family = family_of(model_config)
+  if family == 'resnet':
     downscaling = bool(model_config['root_pool']) + max(len(model_config['stage_sizes']) - 1, 0)
     return model_config['root_stride'] * 2**downscaling
   patch = model_config['patches']['size'][0]
-  if is_swin(model_config):  # Patch merging halves the grid at every stage after the first.
+  if family == 'swin':  # Patch merging halves the grid at every stage after the first.
     return patch * 2**(len(model_config['depths']) - 1)
-  resnet = None if is_mixer(model_config) else model_config.get('resnet')
-  if resnet is None:
+  if family != 'hybrid':
     return patch
+  resnet = model_config['resnet']
   return patch * 2**(2 + max(len(resnet['num_layers']) - 1, 0))  # 4x root, 2x per later stage.
 
 
 def finetune_resolution(model_config: Any, target: int = 384) -> int:
   """The official fine-tuning resolution (384px) rounded up to whole tokens (392 for /14)."""
-  if is_resnet(model_config):
+  family = family_of(model_config)
+  if family == 'resnet':
     return target  # Any size works: SAME padding and global average pooling.
-  if is_swin(model_config):  # Its published resolution: the last stage is one window.
+  if family == 'swin':  # Its published resolution: the last stage is one window.
     return model_config['window_size'] * token_stride(model_config)
   stride = token_stride(model_config)
   return -(-target // stride) * stride
@@ -280,8 +272,8 @@ def square_side(num_tokens: int) -> Optional[int]:
 
 def num_prefix_tokens(model_config: Any) -> int:
   """Tokens before the patch grid: the class token of 'token*' classifiers, the distillation
-  token and the register tokens (0 for Mixers and ResNets)."""
-  if is_mixer(model_config) or is_resnet(model_config):
+  token and the register tokens (0 for Mixers, ResNets and Swins)."""
+  if family_of(model_config) in ('mixer', 'resnet', 'swin'):
     return 0
   cls = model_config['classifier'] in ('token', 'token_unpooled', 'token_gap')
   return (int(cls) + int(bool(model_config.get('distilled')))
@@ -290,6 +282,6 @@ def num_prefix_tokens(model_config: Any) -> int:
 
 def posemb_prefix_tokens(model_config: Any) -> int:
   """Rows of the position table before the grid: the prefix tokens, none with no_embed_class."""
-  if is_mixer(model_config) or model_config.get('no_embed_class'):
+  if family_of(model_config) == 'mixer' or model_config.get('no_embed_class'):
     return 0
   return num_prefix_tokens(model_config)

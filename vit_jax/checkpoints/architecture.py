@@ -136,19 +136,18 @@ def _resnet_config(fields: Dict[str, Any], name: Optional[str]) -> Tuple[Dict[st
 
 def _complete(config: Mapping[str, Any]) -> Dict[str, Any]:
   """`config` with the defaults of its family filled in (ViTs: the official ones)."""
-  if presets.is_mixer(config) or presets.is_resnet(config) or presets.is_swin(config):
-    return plain_config(config)
-  return full_vit_config(config)
+  if presets.family_of(config) in ('vit', 'hybrid'):
+    return full_vit_config(config)
+  return plain_config(config)
+
+
+# How a family is named in a difference ("family Mixer in the file, ViT in ViT-B_16").
+_FAMILY_NAMES = {'vit': 'ViT', 'hybrid': 'ResNet+ViT hybrid', 'mixer': 'Mixer', 'swin': 'Swin',
+                 'resnet': 'ResNet'}
 
 
 def _family(config: Mapping[str, Any]) -> str:
-  if presets.is_resnet(config):
-    return 'ResNet'
-  if presets.is_mixer(config):
-    return 'Mixer'
-  if presets.is_swin(config):
-    return 'Swin'
-  return 'ResNet+ViT hybrid' if config.get('resnet') else 'ViT'
+  return _FAMILY_NAMES[presets.family_of(config)]
 
 
 def full_vit_config(config: Mapping[str, Any]) -> Dict[str, Any]:
@@ -175,28 +174,30 @@ def _posemb_params(posemb: str) -> str:
 
 def _compared_fields(config: Mapping[str, Any]) -> Tuple[Tuple[str, Any], ...]:
   """(label, value) of every field a checkpoint's shapes decide, in reading order."""
-  if presets.is_resnet(config):
+  family = presets.family_of(config)
+  if family == 'resnet':
     return (('family', _family(config)), ('ResNet units per stage', tuple(config['stage_sizes'])),
             ('ResNet width factor', config['width_factor']),
             ('root kernel', config['root_kernel']))
-  if presets.is_mixer(config):
+  if family == 'mixer':
     return (('family', _family(config)), ('patch size', tuple(config['patches']['size'])),
             ('hidden size', config['hidden_dim']), ('depth', config['num_blocks']),
             ('token-mixing MLP width', config['tokens_mlp_dim']),
             ('channel-mixing MLP width', config['channels_mlp_dim']))
-  if presets.is_swin(config):
+  if family == 'swin':
     return (('family', _family(config)), ('patch size', tuple(config['patches']['size'])),
             ('embedding width', config['embed_dim']), ('blocks per stage', tuple(config['depths'])),
             ('heads per stage', tuple(config['num_heads'])), ('window', config['window_size']),
             ('MLP ratio', config['mlp_ratio']))
-  resnet, t = config.get('resnet'), config['transformer']  # Presets without a ResNet omit it.
+  t = config['transformer']
   fields = (('family', _family(config)),
             ('patch size', tuple(config['patches']['size'])),
             ('hidden size', config['hidden_size']), ('depth', t['num_layers']),
             ('heads', t['num_heads']), ('MLP width', t['mlp_dim']),
             ('class token', 'yes' if presets.num_prefix_tokens(config) else 'no'),
             ('position embedding parameters', _posemb_params(config['posemb'])))
-  if resnet:
+  if family == 'hybrid':
+    resnet = config['resnet']
     fields += (('ResNet units per stage', tuple(resnet['num_layers'])),
                ('ResNet width factor', resnet['width_factor']))
   return fields
@@ -229,17 +230,19 @@ def _matching_preset(fields: Mapping[str, Any]) -> Optional[str]:
 
 def _custom_name(fields: Mapping[str, Any]) -> str:
   """A descriptive name for shapes that match no preset, e.g. 'ViT-custom-128d-4L-4h-p7'."""
-  if presets.is_resnet(fields):
+  family = presets.family_of(fields)
+  if family == 'resnet':
     sizes = '-'.join(map(str, fields['stage_sizes']))
     return f'ResNet-custom-{sizes}-w{fields["width_factor"]:g}-root{fields["root_kernel"]}'
   patch = fields['patches']['size'][0]
-  if presets.is_swin(fields):
+  if family == 'swin':
     return (f'Swin-custom-{fields["embed_dim"]}d-{"-".join(map(str, fields["depths"]))}-'
             f'{"-".join(map(str, fields["num_heads"]))}h-p{patch}-w{fields["window_size"]}')
-  if presets.is_mixer(fields):
+  if family == 'mixer':
     return f'Mixer-custom-{fields["hidden_dim"]}d-{fields["num_blocks"]}L-p{patch}'
-  t, resnet = fields['transformer'], fields.get('resnet')
-  root = '' if resnet is None else 'R' + '-'.join(map(str, resnet['num_layers'])) + '+'
+  t = fields['transformer']
+  root = ('R' + '-'.join(map(str, fields['resnet']['num_layers'])) + '+'
+          if family == 'hybrid' else '')
   return (f'{root}ViT-custom-{fields["hidden_size"]}d-{t["num_layers"]}L-{t["num_heads"]}h-'
           f'mlp{t["mlp_dim"]}-p{patch}')
 
@@ -305,7 +308,7 @@ def architecture(params: Mapping[str, Any]) -> Architecture:
   config['model_name'] = _matching_preset(config) or _custom_name(config)
   stride = presets.token_stride(config)
   image_size = grid[0] * stride if grid and grid[0] == grid[1] else None
-  if presets.is_swin(config):
+  if presets.family_of(config) == 'swin':
     image_size = presets.finetune_resolution(config)
   return Architecture(config=ml_collections.ConfigDict(config), num_classes=num_classes,
                       grid=grid, image_size=image_size, assumed=tuple(assumed))
@@ -337,7 +340,7 @@ def conform(arch: Architecture, declared: Any, declared_name: str) -> Architectu
   if problem:
     raise CheckpointError(problem)
   config = plain_config(declared)
-  if not (presets.is_mixer(config) or presets.is_resnet(config) or presets.is_swin(config)):
+  if presets.family_of(config) in ('vit', 'hybrid'):
     config = full_vit_config(config)
     found = plain_config(arch.config)
     config['representation_size'] = found['representation_size']

@@ -101,9 +101,10 @@ def model_config(model: str) -> ml_collections.ConfigDict:
   if 'model' in stage and hasattr(stage.model, 'to_dict'):  # An experiment config (its last stage).
     config = stage.model
   config = ml_collections.ConfigDict(config.to_dict())  # Unlocked copy.
-  if 'patches' not in config and not models.is_mixer(config):
-    raise ValueError(f'"{model}": get_config() must return a model ConfigDict (with patches, '
-                     'hidden_size, transformer, ...) or an experiment config with .model.')
+  if config.get('family') not in presets.FAMILIES:
+    raise ValueError(f'"{model}": get_config() must return a model ConfigDict that declares its '
+                     f'family ({", ".join(presets.FAMILIES)}), e.g. config_lib.small_vit(...), '
+                     'or an experiment config with .model.')
   if not config.get('model_name'):
     config.model_name = os.path.splitext(os.path.basename(model))[0]
   return config
@@ -179,13 +180,13 @@ def load_model(checkpoint_path: str, model: Optional[str] = None,
     assumed.append('image_size 224 (no position-embedding grid to read it from)')
   image_size = image_size or (metadata or {}).get('image_size') or arch.image_size or 224
   warn_assumed(path, assumed)
-  if not models.is_mixer(config):
+  if models.family_of(config) != 'mixer':
     params = surgery.fit_posemb(params, config, models.token_grid(config, (image_size,) * 2))
   net = models.get_model(config, num_classes=arch.num_classes)
   expected = jax.eval_shape(
       lambda: net.init(jax.random.key(0), jnp.zeros((1, image_size, image_size, 3)),
                        train=False))['params']
-  if models.is_swin(config):  # Another input size can clamp a stage's window: tables resized.
+  if models.family_of(config) == 'swin':  # Another input size can clamp a window: resized.
     params = swin_timm.fit_relative_position_tables(params, expected)
   surgery.check_tree(params, expected, checkpoint_path)
   head_is_zero = bool(arch.num_classes) and not np.any(params['head']['kernel'])

@@ -52,8 +52,10 @@ def validate_config(config: Any, mesh: Mesh) -> None:
   if not 0. <= config.ema_decay < 1.:
     raise ValueError(f'ema_decay={config.ema_decay} must be in [0, 1) (0 turns the weight '
                      'average off; 0.999 averages over ~1000 steps).')
-  patch = config.model.patches.size[0] if 'patches' in config.model else 1
-  if config.model.get('resnet') is None and config.pp.crop % patch:
+  # Patch sizes that must divide the input (a hybrid's ResNet and a ResNet pad any size).
+  family = presets.family_of(config.model)
+  patch = config.model.patches.size[0] if family in ('vit', 'mixer', 'swin') else 1
+  if config.pp.crop % patch:
     up = -(-config.pp.crop // patch) * patch
     raise ValueError(
         f'pp.crop={config.pp.crop} is not a multiple of the patch size {patch} of '
