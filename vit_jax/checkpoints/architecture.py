@@ -34,6 +34,7 @@ class Architecture:
       ViT-L_16)', 'classifier token (or token_unpooled)', ...).
     mean: per-channel mean of the [0, 1] input (official: 0.5, i.e. x / 127.5 - 1).
     std: per-channel std of the same (official: 0.5).
+    class_names: label names of the head's outputs when a description gives them, else None.
   """
 
   config: ml_collections.ConfigDict
@@ -43,6 +44,7 @@ class Architecture:
   assumed: Tuple[str, ...]
   mean: Tuple[float, ...] = presets.OFFICIAL_MEAN
   std: Tuple[float, ...] = presets.OFFICIAL_STD
+  class_names: Optional[Tuple[str, ...]] = None
 
   @property
   def model_name(self) -> str:

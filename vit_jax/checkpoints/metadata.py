@@ -19,8 +19,6 @@ from vit_jax import presets
 from vit_jax.checkpoints import architecture
 from vit_jax.checkpoints import npz_format
 from vit_jax.checkpoints import store
-from vit_jax.checkpoints import timm_files
-from vit_jax.checkpoints import timm_format
 from vit_jax.checkpoints.architecture import plain_config
 from vit_jax.checkpoints.npz_format import CheckpointError
 
@@ -100,18 +98,6 @@ def _preprocessing(image_size: int, mean: Sequence[float], std: Sequence[float]
               size=[int(image_size)] * 2,
               scale='x / 127.5 - 1' if official else '(x / 255 - mean) / std per channel',
               value_range=[-1., 1.] if official else [min(low), max(high)], mean=mean, std=std)
-
-
-def input_normalization(path: str) -> Tuple[Tuple[float, ...], Tuple[float, ...]]:
-  """(mean, std) of the [0, 1] input a checkpoint's weights expect: a timm file's (config.json,
-  else its family's default), a run's (its description), else the official 0.5/0.5."""
-  if timm_files.is_timm_source(path):
-    try:
-      return timm_format.input_normalization(path)
-    except timm_files.TimmFormatError as e:
-      raise CheckpointError(str(e)) from None
-  return run_normalization(read_metadata(path)) or (presets.OFFICIAL_MEAN,
-                                                    presets.OFFICIAL_STD)
 
 
 def run_normalization(metadata: Optional[Mapping[str, Any]]

@@ -7,7 +7,7 @@ into which a checkpoint is restored.
 """
 
 import dataclasses
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -16,13 +16,14 @@ from absl import logging
 from jax.sharding import Mesh
 
 from vit_jax import config_lib
-from vit_jax import checkpoint
 from vit_jax import input_pipeline
 from vit_jax import models
+from vit_jax.checkpoints import loading
 from vit_jax.checkpoints import store
 from vit_jax.data import image_ops
 from vit_jax import presets
 from vit_jax.training import distill
+from vit_jax.training import from_checkpoint
 from vit_jax.training import optim
 from vit_jax.training import parallel
 
@@ -119,10 +120,12 @@ def build_trainer(config: Any, *, needs_pretrained: bool = True) -> Trainer:
                  grid, info)
 
 
-def init_state(trainer: Trainer, *, abstract: bool = False) -> State:
+def init_state(trainer: Trainer, *, abstract: bool = False,
+               pretrained: Optional[from_checkpoint.PretrainedSource] = None) -> State:
   """Initial train state: pretrained weights if configured, else a fresh init (seeded).
 
   Built directly in its sharding (`state_shardings`): no device ever holds a full sharded copy.
+  The pretrained checkpoint comes from `pretrained` (the run's source, opened once) when given.
   """
   config = trainer.config
   dummy = jnp.zeros((1, config.pp.crop, config.pp.crop, 3), jnp.float32)
@@ -145,9 +148,9 @@ def init_state(trainer: Trainer, *, abstract: bool = False) -> State:
   path = store.pretrained_path(config)
   if path:
     logging.info('Fine-tuning from %s', path)
-    loaded = checkpoint.load_pretrained(
-        pretrained_path=path, init_params=parallel.to_host(params), model_config=config.model,
-        grid_shape=trainer.grid_shape, keep_head=config.keep_head)
+    source = (pretrained or from_checkpoint.PretrainedSource()).open(path)
+    loaded = loading.fit_source(source, parallel.to_host(params), config.model,
+                                grid_shape=trainer.grid_shape, keep_head=config.keep_head)
     params = jax.device_put(loaded, shardings['params'])
   return jax.jit(make_state, out_shardings=shardings)(params)
 
