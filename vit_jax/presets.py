@@ -275,9 +275,18 @@ def num_prefix_tokens(model_config: Any) -> int:
   token and the register tokens (0 for Mixers, ResNets and Swins)."""
   if family_of(model_config) in ('mixer', 'resnet', 'swin'):
     return 0
-  cls = model_config['classifier'] in ('token', 'token_unpooled', 'token_gap')
-  return (int(cls) + int(bool(model_config.get('distilled')))
-          + int(model_config.get('num_registers') or 0))
+  return prefix_token_count(model_config['classifier'], bool(model_config.get('distilled')),
+                            int(model_config.get('num_registers') or 0))
+
+
+# Classifiers that put a class token before the patch grid.
+CLASS_TOKEN_CLASSIFIERS = ('token', 'token_unpooled', 'token_gap')
+
+
+def prefix_token_count(classifier: str, distilled: bool, num_registers: int) -> int:
+  """The one count of a ViT's prefix tokens: class token, distillation token, registers
+  (`num_prefix_tokens` for a config, `VisionTransformer.num_prefix_tokens` for a module)."""
+  return int(classifier in CLASS_TOKEN_CLASSIFIERS) + int(distilled) + num_registers
 
 
 def posemb_prefix_tokens(model_config: Any) -> int:
