@@ -430,7 +430,7 @@ def _run(fv: flags.FlagValues, extra: Sequence[str], argv: Sequence[str]) -> Opt
     return None
   from vit_jax import models
   config = models.get_config(fv.model)
-  if models.is_mixer(config) or config.get('resnet') is not None:
+  if models.family_of(config) != 'vit':
     raise ValueError(f'benchmark times plain ViT presets; {fv.model} is not one.')
   if fv.batch < 1 or fv.repeats < 1 or fv.image < 1:
     raise ValueError('--batch, --repeats and --image must be positive.')

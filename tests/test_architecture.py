@@ -37,7 +37,7 @@ def _abstract(config, size, num_classes):
 def _comparable(config):
   """Plain dict with VIT_EXTRAS filled in and `resnet` present (None when not a hybrid)."""
   out = architecture.plain_config(config)
-  if not presets.is_mixer(out):
+  if presets.family_of(out) != 'mixer':
     out = {**presets.VIT_EXTRAS, 'resnet': None, **out}
   return out
 
@@ -52,7 +52,7 @@ def _same(found, config, ignore_name=False):
 @pytest.mark.parametrize('name', list(models.MODEL_CONFIGS))
 def test_every_preset_from_shapes(name):
   config = models.MODEL_CONFIGS[name]
-  if not presets.is_mixer(config):
+  if presets.family_of(config) != 'mixer':
     config = config_lib.with_model(config_lib.get_config(), name).model
   size = 64 if 'testing' in name else 224
   shapes = _abstract(config, size, 1000)
@@ -62,7 +62,7 @@ def test_every_preset_from_shapes(name):
   assert arch.model_name == name
   _same(arch.config, config)
   # A ResNet classifier has no position embeddings, so no trained resolution to read.
-  resnet, swin = presets.is_resnet(config), presets.is_swin(config)
+  resnet, swin = (presets.family_of(config) == f for f in ('resnet', 'swin'))
   # A Swin has none either: its published resolution (last stage one window) is assumed.
   image_size = None if resnet else presets.finetune_resolution(config) if swin else size
   assert (arch.num_classes, arch.image_size) == (1000, image_size)

@@ -21,7 +21,7 @@ from vit_jax import presets
 from vit_jax.checkpoints import npz_format
 
 
-TOKEN = {'classifier': 'token', 'representation_size': None}  # The model_config fields read.
+TOKEN = {'family': 'vit', 'classifier': 'token', 'representation_size': None}  # Fields read.
 
 
 def _transformer(layers=2):
@@ -215,7 +215,7 @@ def test_load_pretrained_resizes_posemb(image, grid, tmp_path):
   out = checkpoint.load_pretrained(
       pretrained_path=path, init_params=init_params, model_config=TOKEN,
       grid_shape=None if grid[0] == grid[1] else models.token_grid(
-          {'patches': {'size': (16, 16)}}, image))
+          {'family': 'vit', 'patches': {'size': (16, 16)}}, image))
   old = np.asarray(pre['Transformer']['posembed_input']['pos_embedding'])
   got = out['Transformer']['posembed_input']['pos_embedding']
   np.testing.assert_allclose(got, _zoom_reference(old, (14, 14), grid), atol=1e-5)

@@ -214,7 +214,7 @@ def place_pretrained(command, work):
       continue
     local = store.cache_path(path, str(work / 'cache')) if store.is_remote(path) else path
     os.makedirs(os.path.dirname(local), exist_ok=True)
-    if models.is_swin(stage.model) and not local.endswith('.npz'):  # timm's hub folder.
+    if models.family_of(stage.model) == 'swin' and not local.endswith('.npz'):  # timm's hub folder.
       write_timm_folder(local, swin_model=stage.model, image_size=stage.pp.crop)
     else:
       write_npz(stage.model, local, 10, stage.pp.crop)

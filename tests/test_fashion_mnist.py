@@ -12,6 +12,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from vit_jax import config_lib
+from vit_jax import fashion_mnist as fashion_mnist_command
 from vit_jax.data import fashion_mnist
 from vit_jax.tools import cli
 from vit_jax import input_pipeline
@@ -106,7 +107,7 @@ def test_input_pipeline_prepares_from_local_files_without_network(idx_dir, tmp_p
 
 def run_command(*args):
   """`python -m vit_jax.fashion_mnist ARGS` in this process (its own flags only, as the tools)."""
-  return cli.call(fashion_mnist, ['fashion_mnist', *args])
+  return cli.call(fashion_mnist_command, ['fashion_mnist', *args])
 
 
 def test_prepare_command(idx_dir, tmp_path, capsys):
@@ -117,6 +118,17 @@ def test_prepare_command(idx_dir, tmp_path, capsys):
        mock.patch.object(fashion_mnist, 'DEFAULT_SOURCE_DIR', str(tmp_path / 'none')):
     assert run_command(f'--data_dir={tmp_path}/other', f'--source_dir={tmp_path}') == 1
   assert 'fashion_mnist: error:' in capsys.readouterr().err
+
+
+def test_importing_the_input_pipeline_defines_no_global_flags():
+  """The command's --data_dir/--source_dir belong to `python -m vit_jax.fashion_mnist`, not to
+  every program that imports the input pipeline (main.py, notebooks, the tools)."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  code = ('from absl import flags; import vit_jax.input_pipeline, vit_jax.train; '
+          'print(sorted({"data_dir", "source_dir"} & set(flags.FLAGS)))')
+  proc = subprocess.run([sys.executable, '-c', code], cwd=root, capture_output=True, text=True,
+                        timeout=300)
+  assert proc.stdout.strip() == '[]', proc.stderr[-2000:]
 
 
 def test_command_help_lists_its_flags():

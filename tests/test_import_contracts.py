@@ -61,3 +61,16 @@ def test_a_planted_import_breaks_its_contract(tree, contract):
     target.write_text(original)
   assert result.returncode == 1, result.stdout[-2000:]
   assert 'BROKEN' in result.stdout and line.split()[-1] in result.stdout
+
+
+def test_the_checkpoints_package_cannot_import_the_official_checkpoint_api(tree):
+  """`checkpoint.py` (the official API) sits above `checkpoints/`: an import back up, as
+  `loading` once had, breaks the layers (they used to share a layer, which hid it)."""
+  target = tree / 'vit_jax/checkpoints/loading.py'
+  original = target.read_text()
+  try:
+    target.write_text(original + '\nfrom vit_jax import checkpoint  # planted by the test\n')
+    result = lint(tree, 'layers')
+  finally:
+    target.write_text(original)
+  assert result.returncode == 1 and 'vit_jax.checkpoint' in result.stdout, result.stdout[-2000:]

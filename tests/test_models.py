@@ -153,16 +153,15 @@ def expected_swin_count(config, num_classes, image_size):
 def count_size(name):
   """The image side a preset's count is taken at (Swin: its own; the others: 224)."""
   config = models.MODEL_CONFIGS[name]
-  if not models.is_swin(config):
+  if models.family_of(config) != 'swin':
     return 224
   return SWIN_SIZES.get(name, presets.finetune_resolution(config))
 
 
 def expected_count(name, num_classes=1000, image_size=None):
   config = models.MODEL_CONFIGS[name]
-  fn = (expected_mixer_count if models.is_mixer(config) else
-        expected_resnet_count if models.is_resnet(config) else
-        expected_swin_count if models.is_swin(config) else expected_vit_count)
+  fn = {'mixer': expected_mixer_count, 'resnet': expected_resnet_count,
+        'swin': expected_swin_count}.get(models.family_of(config), expected_vit_count)
   return fn(config, num_classes, image_size or count_size(name))
 
 

@@ -77,9 +77,9 @@ def timm_model_args(arch: architecture.Architecture) -> Tuple[str, Dict[str, Any
   kwargs: Dict[str, Any] = dict(num_classes=arch.num_classes, act_layer='gelu_tanh')
   if arch.image_size:
     kwargs['img_size'] = arch.image_size
-  problem = ('Mixer' if presets.is_mixer(config) else
+  problem = ('Mixer' if presets.family_of(config) == 'mixer' else
              'Swin (timm reads its own .safetensors, see vit_jax/checkpoints/swin_timm.py)'
-             if presets.is_swin(config) else
+             if presets.family_of(config) == 'swin' else
              'pre_logits' if config.representation_size is not None else
              f'posemb {config.posemb}' if config.posemb != 'learn' else
              f'classifier {config.classifier}' if config.classifier not in ('token', 'gap')

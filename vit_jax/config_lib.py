@@ -135,12 +135,7 @@ def with_model(config: ml_collections.ConfigDict, name: str) -> ml_collections.C
   """Sets `config.model` to preset `name` (plus the ViT, ResNet or Swin extras) and the input
   resolution to the model's official fine-tuning one (384px in whole tokens; a Swin's own)."""
   model = presets.get_config(name)
-  if presets.is_resnet(model):
-    model.update(presets.RESNET_EXTRAS)
-  elif presets.is_swin(model):
-    model.update(presets.SWIN_EXTRAS)
-  elif not presets.is_mixer(model):
-    model.update(presets.VIT_EXTRAS)
+  model.update(presets.EXTRAS[presets.family_of(model)])
   config.model = model
   config.pp.crop = presets.finetune_resolution(model)
   return config
@@ -209,21 +204,22 @@ def shrink(config: ml_collections.ConfigDict) -> None:
   batch 8 at the input size that gives a 2x2 token grid; checkpoints, eval and export all run.
   """
   model = config.model
+  family = None if model is None else presets.family_of(model)
   if model is None:  # The model is the pretrained checkpoint's (configs/hub.py): keep it.
     pass
-  elif presets.is_resnet(model):  # One unit per stage, GroupNorm's 32 channels at least.
+  elif family == 'resnet':  # One unit per stage, GroupNorm's 32 channels at least.
     model.update(dict(stage_sizes=(1,) * len(model.stage_sizes), width_factor=.5))
-  elif presets.is_swin(model):  # A W-MSA + SW-MSA pair in the first stage, one block after.
+  elif family == 'swin':  # A W-MSA + SW-MSA pair in the first stage, one block after.
     stages = len(model.depths)
     model.update(dict(embed_dim=16, depths=(2,) + (1,) * (stages - 1), num_heads=(2,) * stages))
-  elif presets.is_mixer(model):
+  elif family == 'mixer':
     model.update(dict(hidden_dim=16, num_blocks=1, tokens_mlp_dim=8, channels_mlp_dim=16))
   else:
     model.hidden_size = 16
     model.transformer.update(dict(num_layers=1, num_heads=2, mlp_dim=16))
     if model.representation_size is not None:
       model.representation_size = 16
-    if model.get('resnet') is not None:  # One unit per stage, GroupNorm's 32 channels at least.
+    if family == 'hybrid':  # One unit per stage, GroupNorm's 32 channels at least.
       model.resnet = ml_collections.ConfigDict(dict(
           num_layers=(1,) * len(model.resnet.num_layers), width_factor=.5))
   if model is not None:
@@ -245,6 +241,7 @@ def small_vit(name: str, *, patch: int, hidden: int, layers: int, mlp: int, head
   """
   resnet = None if resnet_layers is None else (resnet_layers, 1)
   model = presets.vit(name, patch, hidden, mlp, heads, layers, dropout=dropout, resnet=resnet)
-  model.resnet = model.get('resnet')  # None for a plain ViT: the field exists to be overridden.
+  if resnet is None:  # A plain ViT: the field exists to be overridden.
+    model.resnet = None
   model.update(presets.VIT_EXTRAS)
   return model

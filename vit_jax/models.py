@@ -12,12 +12,14 @@ from vit_jax.models_mixer import MlpMixer
 from vit_jax.models_resnet import ResNet
 from vit_jax.models_swin import SwinTransformer
 from vit_jax.models_vit import VisionTransformer
-from vit_jax.presets import (AUGREG_CONFIGS, MODEL_CONFIGS, get_config, is_mixer, is_resnet,
-                             is_swin, token_grid)
+from vit_jax.presets import AUGREG_CONFIGS, MODEL_CONFIGS, family_of, get_config, token_grid
 
 __all__ = ['MODEL_CONFIGS', 'AUGREG_CONFIGS', 'VisionTransformer', 'MlpMixer', 'ResNet',
-           'SwinTransformer', 'get_model', 'get_config', 'is_mixer', 'is_resnet', 'is_swin',
-           'token_grid']
+           'SwinTransformer', 'MODULES', 'get_model', 'get_config', 'family_of', 'token_grid']
+
+# The Flax module of each family (`presets.FAMILIES`); a new family adds its module here.
+MODULES = {'vit': VisionTransformer, 'hybrid': VisionTransformer, 'mixer': MlpMixer,
+           'resnet': ResNet, 'swin': SwinTransformer}
 
 
 def get_model(name_or_config: Any, **kwargs: Any):
@@ -28,6 +30,4 @@ def get_model(name_or_config: Any, **kwargs: Any):
   for key in ('dtype', 'param_dtype'):
     if isinstance(fields.get(key), str):  # Configs spell dtypes as strings ('bfloat16').
       fields[key] = jnp.dtype(fields[key])
-  cls = (MlpMixer if is_mixer(fields) else ResNet if is_resnet(fields) else
-         SwinTransformer if is_swin(fields) else VisionTransformer)
-  return cls(**fields)
+  return MODULES[family_of(fields)](**fields)

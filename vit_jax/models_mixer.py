@@ -41,6 +41,7 @@ class MlpMixer(nn.Module):
   tokens_mlp_dim: int
   channels_mlp_dim: int
   model_name: Optional[str] = None
+  family: str = 'mixer'  # What `presets.family_of` reads (not used by the model).
 
   @nn.compact
   def __call__(self, inputs: jnp.ndarray, *, train: bool) -> jnp.ndarray:

@@ -153,6 +153,7 @@ class ResNet(nn.Module):
   root_pool: bool = True
   head_bias_init: float = 0.
   model_name: Optional[str] = None
+  family: str = 'resnet'  # What `presets.family_of` reads (not used by the model).
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 

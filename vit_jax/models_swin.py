@@ -200,6 +200,7 @@ class SwinTransformer(nn.Module):
   stochastic_depth: float = 0.
   dtype: Dtype = jnp.float32
   model_name: Optional[str] = None
+  family: str = 'swin'  # What `presets.family_of` reads (not used by the model).
 
   @nn.compact
   def __call__(self, inputs: Array, *, train: bool) -> Array:

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from vit_jax import models_resnet
 from vit_jax import ops
 from vit_jax import position_embeddings
+from vit_jax import presets
 
 Array = jnp.ndarray
 Dtype = Any
@@ -22,7 +23,7 @@ Dtype = Any
 # 'token_gap': a class token in the sequence, pooled by the mean of the other tokens (MAE);
 # 'map': attention pooling by a learned probe (big_vision's MAPHead, SigLIP).
 CLASSIFIERS = ('token', 'gap', 'unpooled', 'token_unpooled', 'token_gap', 'map')
-CLASS_TOKEN_CLASSIFIERS = ('token', 'token_unpooled', 'token_gap')
+CLASS_TOKEN_CLASSIFIERS = presets.CLASS_TOKEN_CLASSIFIERS
 
 
 class MlpBlock(nn.Module):
@@ -255,6 +256,7 @@ class VisionTransformer(nn.Module):
   classifier: str = 'token'
   head_bias_init: float = 0.
   model_name: Optional[str] = None
+  family: str = 'vit'  # 'vit' or 'hybrid' (with `resnet`): what `presets.family_of` reads.
   posemb: str = 'learn'
   stochastic_depth: float = 0.
   dtype: Dtype = jnp.float32
@@ -360,8 +362,7 @@ class VisionTransformer(nn.Module):
   @property
   def num_prefix_tokens(self) -> int:
     """Tokens before the patch grid in the sequence (class, distillation, registers)."""
-    return (int(self.classifier in CLASS_TOKEN_CLASSIFIERS) + int(self.distilled)
-            + self.num_registers)
+    return presets.prefix_token_count(self.classifier, self.distilled, self.num_registers)
 
   def _pool(self, x: Array) -> Array:
     if self.classifier == 'token':

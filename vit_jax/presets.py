@@ -67,35 +67,26 @@ SWIN_EXTRAS = dict(
 
 
 FAMILIES = ('vit', 'hybrid', 'mixer', 'swin', 'resnet')
+# The extra fields `config_lib.with_model` adds to a preset of each family (Mixers have none).
+EXTRAS = {'vit': VIT_EXTRAS, 'hybrid': VIT_EXTRAS, 'mixer': {}, 'swin': SWIN_EXTRAS,
+          'resnet': RESNET_EXTRAS}
 
 
 def family_of(model_config: Any) -> str:
-  """The model family of a model config: one of `FAMILIES`.
+  """The model family a model config declares in its `family` field: one of `FAMILIES`.
 
-  Code that branches on the family calls this (never tests for keys itself), so the family is
-  decided in one place.
+  Every preset, experiment config and checkpoint description declares it; code that branches
+  on the family calls this, never tests which keys a config has.
+
+  Raises:
+    ValueError: a config without a (known) `family`: one line saying what to add.
   """
-  if is_mixer(model_config):
-    return 'mixer'
-  if is_swin(model_config):
-    return 'swin'
-  if is_resnet(model_config):
-    return 'resnet'
-  return 'hybrid' if model_config.get('resnet') is not None else 'vit'
-
-
-def is_mixer(model_config: Any) -> bool:
-  return 'hidden_dim' in model_config
-
-
-def is_swin(model_config: Any) -> bool:
-  """A Swin Transformer (`models_swin.SwinTransformer`)."""
-  return 'window_size' in model_config
-
-
-def is_resnet(model_config: Any) -> bool:
-  """A plain ResNet classifier (`models_resnet.ResNet`), not a ViT hybrid with a ResNet root."""
-  return 'stage_sizes' in model_config
+  family = model_config.get('family')
+  if family not in FAMILIES:
+    name = model_config.get('model_name') or 'the model config'
+    raise ValueError(f'{name} declares family={family!r}; set its `family` field to one of '
+                     f'{", ".join(FAMILIES)} (presets.vit/.../small_vit set it).')
+  return family
 
 
 def vit(name: str, patch: int, hidden: int, mlp: int, heads: int, layers: int, *,
@@ -107,6 +98,7 @@ def vit(name: str, patch: int, hidden: int, mlp: int, heads: int, layers: int, *
   """
   config = ml_collections.ConfigDict()
   config.model_name = name
+  config.family = 'vit' if resnet is None else 'hybrid'
   config.patches = ml_collections.ConfigDict({'size': (patch, patch)})
   config.hidden_size = hidden
   config.transformer = ml_collections.ConfigDict(dict(
@@ -123,30 +115,31 @@ def vit(name: str, patch: int, hidden: int, mlp: int, heads: int, layers: int, *
 def _mixer(name: str, patch: int, hidden: int, blocks: int, tokens_mlp: int,
            channels_mlp: int) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(
-      model_name=name, patches=ml_collections.ConfigDict({'size': (patch, patch)}),
-      hidden_dim=hidden, num_blocks=blocks, tokens_mlp_dim=tokens_mlp,
-      channels_mlp_dim=channels_mlp))
+      model_name=name, family='mixer',
+      patches=ml_collections.ConfigDict({'size': (patch, patch)}), hidden_dim=hidden,
+      num_blocks=blocks, tokens_mlp_dim=tokens_mlp, channels_mlp_dim=channels_mlp))
 
 
 def _resnet(name: str, stage_sizes: Sequence[int], width_factor: float, *, root_kernel: int = 7,
             root_stride: int = 2, root_pool: bool = True) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(
-      model_name=name, stage_sizes=tuple(stage_sizes), width_factor=float(width_factor),
-      root_kernel=root_kernel, root_stride=root_stride, root_pool=root_pool))
+      model_name=name, family='resnet', stage_sizes=tuple(stage_sizes),
+      width_factor=float(width_factor), root_kernel=root_kernel, root_stride=root_stride,
+      root_pool=root_pool))
 
 
 def _swin(name: str, patch: int, embed_dim: int, depths: Sequence[int], heads: Sequence[int],
           window: int) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(
-      model_name=name, patches=ml_collections.ConfigDict({'size': (patch, patch)}),
-      embed_dim=embed_dim, depths=tuple(depths), num_heads=tuple(heads), window_size=window,
-      mlp_ratio=4.))
+      model_name=name, family='swin',
+      patches=ml_collections.ConfigDict({'size': (patch, patch)}), embed_dim=embed_dim,
+      depths=tuple(depths), num_heads=tuple(heads), window_size=window, mlp_ratio=4.))
 
 
 def _register(config: ml_collections.ConfigDict) -> None:
   name = config.model_name
   MODEL_CONFIGS[name] = config.lock()
-  if not (is_resnet(config) or is_swin(config)) and 'Mixer' not in name and name not in _NO_AUGREG:
+  if family_of(config) in ('vit', 'hybrid') and name not in _NO_AUGREG:
     AUGREG_CONFIGS[name.replace('ViT-', '').replace('+', '_')] = config
 
 
@@ -221,21 +214,22 @@ def token_grid(model_config: Any, image_size: Sequence[int]) -> Tuple[int, int]:
   For a plain ResNet or a Swin: the grid of its last feature map.
   """
   h, w = image_size
-  if is_swin(model_config):  # Patch embedding, then 2x per later stage (odd sides padded).
+  family = family_of(model_config)
+  if family == 'swin':  # Patch embedding, then 2x per later stage (odd sides padded).
     ph, pw = model_config['patches']['size']
     h, w = h // ph, w // pw
     for _ in range(len(model_config['depths']) - 1):
       h, w = math.ceil(h / 2), math.ceil(w / 2)
     return h, w
-  if is_resnet(model_config):
+  if family == 'resnet':
     # SAME padding throughout: the root conv, the 3x3/2 pool, then 2x per stage after the 1st.
     strides = [model_config['root_stride']] + [2] * (
         bool(model_config['root_pool']) + max(len(model_config['stage_sizes']) - 1, 0))
     for stride in strides:
       h, w = math.ceil(h / stride), math.ceil(w / stride)
     return h, w
-  resnet = model_config.get('resnet')
-  if resnet is not None:
+  if family == 'hybrid':
+    resnet = model_config['resnet']
     # Root: stride-2 conv and stride-2 max-pool, both SAME; then stride 2 per stage after the 1st.
     stride_steps = 2 + max(len(resnet['num_layers']) - 1, 0)
     for _ in range(stride_steps):
@@ -246,23 +240,25 @@ def token_grid(model_config: Any, image_size: Sequence[int]) -> Tuple[int, int]:
 
 def token_stride(model_config: Any) -> int:
   """Input pixels per token (or per cell of a ResNet's last feature map) along each axis."""
-  if is_resnet(model_config):
+  family = family_of(model_config)
+  if family == 'resnet':
     downscaling = bool(model_config['root_pool']) + max(len(model_config['stage_sizes']) - 1, 0)
     return model_config['root_stride'] * 2**downscaling
   patch = model_config['patches']['size'][0]
-  if is_swin(model_config):  # Patch merging halves the grid at every stage after the first.
+  if family == 'swin':  # Patch merging halves the grid at every stage after the first.
     return patch * 2**(len(model_config['depths']) - 1)
-  resnet = None if is_mixer(model_config) else model_config.get('resnet')
-  if resnet is None:
+  if family != 'hybrid':
     return patch
+  resnet = model_config['resnet']
   return patch * 2**(2 + max(len(resnet['num_layers']) - 1, 0))  # 4x root, 2x per later stage.
 
 
 def finetune_resolution(model_config: Any, target: int = 384) -> int:
   """The official fine-tuning resolution (384px) rounded up to whole tokens (392 for /14)."""
-  if is_resnet(model_config):
+  family = family_of(model_config)
+  if family == 'resnet':
     return target  # Any size works: SAME padding and global average pooling.
-  if is_swin(model_config):  # Its published resolution: the last stage is one window.
+  if family == 'swin':  # Its published resolution: the last stage is one window.
     return model_config['window_size'] * token_stride(model_config)
   stride = token_stride(model_config)
   return -(-target // stride) * stride
@@ -276,16 +272,25 @@ def square_side(num_tokens: int) -> Optional[int]:
 
 def num_prefix_tokens(model_config: Any) -> int:
   """Tokens before the patch grid: the class token of 'token*' classifiers, the distillation
-  token and the register tokens (0 for Mixers and ResNets)."""
-  if is_mixer(model_config) or is_resnet(model_config):
+  token and the register tokens (0 for Mixers, ResNets and Swins)."""
+  if family_of(model_config) in ('mixer', 'resnet', 'swin'):
     return 0
-  cls = model_config['classifier'] in ('token', 'token_unpooled', 'token_gap')
-  return (int(cls) + int(bool(model_config.get('distilled')))
-          + int(model_config.get('num_registers') or 0))
+  return prefix_token_count(model_config['classifier'], bool(model_config.get('distilled')),
+                            int(model_config.get('num_registers') or 0))
+
+
+# Classifiers that put a class token before the patch grid.
+CLASS_TOKEN_CLASSIFIERS = ('token', 'token_unpooled', 'token_gap')
+
+
+def prefix_token_count(classifier: str, distilled: bool, num_registers: int) -> int:
+  """The one count of a ViT's prefix tokens: class token, distillation token, registers
+  (`num_prefix_tokens` for a config, `VisionTransformer.num_prefix_tokens` for a module)."""
+  return int(classifier in CLASS_TOKEN_CLASSIFIERS) + int(distilled) + num_registers
 
 
 def posemb_prefix_tokens(model_config: Any) -> int:
   """Rows of the position table before the grid: the prefix tokens, none with no_embed_class."""
-  if is_mixer(model_config) or model_config.get('no_embed_class'):
+  if family_of(model_config) == 'mixer' or model_config.get('no_embed_class'):
     return 0
   return num_prefix_tokens(model_config)

@@ -220,12 +220,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   saved, no params.npz; `python -m vit_jax.main` exits 143 then). Without `config.model` the
   model is the one `config.pretrained_path` holds (`from_checkpoint.with_checkpoint_model`).
   """
+  pretrained = from_checkpoint.PretrainedSource()  # Read at most once, by whoever needs it first.
   config = from_checkpoint.with_checkpoint_normalization(
-      from_checkpoint.with_checkpoint_model(config), workdir)
+      from_checkpoint.with_checkpoint_model(config, pretrained), workdir, pretrained)
+  from_checkpoint.record_normalization(config, workdir)
   manager = resume.make_checkpoint_manager(workdir, config)
   trainer = state_lib.build_trainer(config, needs_pretrained=manager.latest_step() is None)
   state, damaged = resume.restore_or_init(manager, lambda: state_lib.abstract_state(trainer),
-                                          lambda: state_lib.init_state(trainer))
+                                          lambda: state_lib.init_state(trainer,
+                                                                       pretrained=pretrained))
+  pretrained = None  # Its host copy of the pretrained arrays is not needed any more.
   if damaged:  # Reopened without them, so orbax neither resumes from nor deletes them.
     manager.close()
     manager = resume.make_checkpoint_manager(workdir, config, damaged)

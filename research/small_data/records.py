@@ -65,18 +65,16 @@ def forward_flops(meta: Mapping[str, Any]) -> Tuple[float, str]:
                         int(meta['num_classes']))
 
 
-def _read_json(path: str) -> Optional[Dict[str, Any]]:
-  if not os.path.isfile(path):
-    return None
-  with open(path) as f:
-    return json.load(f)
+def _read_metadata(npz_path_or_dir: str) -> Optional[Dict[str, Any]]:
+  """A run's metadata.json as the package reads it (its model always declares `family`)."""
+  from vit_jax.checkpoints import metadata  # Lazily, as `_forward_flops`.
+  return metadata.read_metadata(npz_path_or_dir)
 
 
 def teacher_metadata(command: str) -> Optional[Dict[str, Any]]:
   """The metadata.json beside the `--config.distill.teacher_path=` of `command`, if any."""
   match = re.search(r'--config\.distill\.teacher_path=(\S+)', command)
-  return _read_json(os.path.join(os.path.dirname(match.group(1)), 'metadata.json')
-                    ) if match else None
+  return _read_metadata(match.group(1)) if match else None
 
 
 def record_command(run: grid_lib.Run, out: str) -> str:
@@ -97,7 +95,7 @@ def run_record(run: grid_lib.Run, out: str) -> Dict[str, Any]:
   record = dict(name=run.name, tags=dict(run.tags), command=command,
                 finished=is_finished(workdir), attempts=len(attempts),
                 wall_s=round(float(sum(a['wall_s'] for a in attempts)), 1))
-  meta = _read_json(os.path.join(workdir, 'metadata.json')) if record['finished'] else None
+  meta = _read_metadata(workdir) if record['finished'] else None
   if meta is None:
     return record
   steps, batch = int(meta['step']), meta.get('batch')  # Runs before round 2 lack the batch.

@@ -34,6 +34,7 @@ class Architecture:
       ViT-L_16)', 'classifier token (or token_unpooled)', ...).
     mean: per-channel mean of the [0, 1] input (official: 0.5, i.e. x / 127.5 - 1).
     std: per-channel std of the same (official: 0.5).
+    class_names: label names of the head's outputs when a description gives them, else None.
   """
 
   config: ml_collections.ConfigDict
@@ -43,6 +44,7 @@ class Architecture:
   assumed: Tuple[str, ...]
   mean: Tuple[float, ...] = presets.OFFICIAL_MEAN
   std: Tuple[float, ...] = presets.OFFICIAL_STD
+  class_names: Optional[Tuple[str, ...]] = None
 
   @property
   def model_name(self) -> str:
@@ -66,7 +68,7 @@ def _mixer_fields(tree: Mapping[str, Any]) -> Tuple[Dict[str, Any], Tuple[int, i
   block = tree['MixerBlock_0']
   tokens = block['token_mixing']['Dense_0']['kernel'][0]
   side = presets.square_side(tokens)
-  fields = dict(patches={'size': tuple(stem[:2])}, hidden_dim=stem[3],
+  fields = dict(family='mixer', patches={'size': tuple(stem[:2])}, hidden_dim=stem[3],
                 num_blocks=_count(tree, r'MixerBlock_\d+'),
                 tokens_mlp_dim=block['token_mixing']['Dense_0']['kernel'][1],
                 channels_mlp_dim=block['channel_mixing']['Dense_0']['kernel'][1])
@@ -103,14 +105,15 @@ def _vit_fields(tree: Mapping[str, Any]) -> Tuple[Dict[str, Any], Optional[Tuple
     grid = (side, side) if side is not None else None
   else:
     posemb = 'sincos2d' if hidden % 4 == 0 else 'none'
+  resnet = _resnet_fields(tree)
   fields = dict(
+      family='vit' if resnet is None else 'hybrid',
       patches={'size': tuple(tree['embedding']['kernel'][:2])}, hidden_size=hidden,
       transformer=dict(mlp_dim=block['MlpBlock_0']['Dense_0']['kernel'][1], num_heads=heads,
                        num_layers=_count(encoder, r'encoderblock_\d+')),
       classifier='token' if prefix else 'gap',
       representation_size=tree['pre_logits']['kernel'][1] if 'pre_logits' in tree else None,
       posemb=posemb)
-  resnet = _resnet_fields(tree)
   if resnet is not None:
     fields['resnet'] = resnet
   return fields, grid
@@ -119,7 +122,7 @@ def _vit_fields(tree: Mapping[str, Any]) -> Tuple[Dict[str, Any], Optional[Tuple
 def _resnet_classifier_fields(tree: Mapping[str, Any]) -> Dict[str, Any]:
   """Stage sizes, width and root kernel of a ResNet classifier (`models_resnet.ResNet`)."""
   stem = _resnet_fields(tree)  # The same root and units as a hybrid's stem.
-  return dict(stage_sizes=stem['num_layers'], width_factor=stem['width_factor'],
+  return dict(family='resnet', stage_sizes=stem['num_layers'], width_factor=stem['width_factor'],
               root_kernel=tree['conv_root']['kernel'][0])
 
 
@@ -135,19 +138,18 @@ def _resnet_config(fields: Dict[str, Any], name: Optional[str]) -> Tuple[Dict[st
 
 def _complete(config: Mapping[str, Any]) -> Dict[str, Any]:
   """`config` with the defaults of its family filled in (ViTs: the official ones)."""
-  if presets.is_mixer(config) or presets.is_resnet(config) or presets.is_swin(config):
-    return plain_config(config)
-  return full_vit_config(config)
+  if presets.family_of(config) in ('vit', 'hybrid'):
+    return full_vit_config(config)
+  return plain_config(config)
+
+
+# How a family is named in a difference ("family Mixer in the file, ViT in ViT-B_16").
+_FAMILY_NAMES = {'vit': 'ViT', 'hybrid': 'ResNet+ViT hybrid', 'mixer': 'Mixer', 'swin': 'Swin',
+                 'resnet': 'ResNet'}
 
 
 def _family(config: Mapping[str, Any]) -> str:
-  if presets.is_resnet(config):
-    return 'ResNet'
-  if presets.is_mixer(config):
-    return 'Mixer'
-  if presets.is_swin(config):
-    return 'Swin'
-  return 'ResNet+ViT hybrid' if config.get('resnet') else 'ViT'
+  return _FAMILY_NAMES[presets.family_of(config)]
 
 
 def full_vit_config(config: Mapping[str, Any]) -> Dict[str, Any]:
@@ -174,28 +176,30 @@ def _posemb_params(posemb: str) -> str:
 
 def _compared_fields(config: Mapping[str, Any]) -> Tuple[Tuple[str, Any], ...]:
   """(label, value) of every field a checkpoint's shapes decide, in reading order."""
-  if presets.is_resnet(config):
+  family = presets.family_of(config)
+  if family == 'resnet':
     return (('family', _family(config)), ('ResNet units per stage', tuple(config['stage_sizes'])),
             ('ResNet width factor', config['width_factor']),
             ('root kernel', config['root_kernel']))
-  if presets.is_mixer(config):
+  if family == 'mixer':
     return (('family', _family(config)), ('patch size', tuple(config['patches']['size'])),
             ('hidden size', config['hidden_dim']), ('depth', config['num_blocks']),
             ('token-mixing MLP width', config['tokens_mlp_dim']),
             ('channel-mixing MLP width', config['channels_mlp_dim']))
-  if presets.is_swin(config):
+  if family == 'swin':
     return (('family', _family(config)), ('patch size', tuple(config['patches']['size'])),
             ('embedding width', config['embed_dim']), ('blocks per stage', tuple(config['depths'])),
             ('heads per stage', tuple(config['num_heads'])), ('window', config['window_size']),
             ('MLP ratio', config['mlp_ratio']))
-  resnet, t = config.get('resnet'), config['transformer']  # Presets without a ResNet omit it.
+  t = config['transformer']
   fields = (('family', _family(config)),
             ('patch size', tuple(config['patches']['size'])),
             ('hidden size', config['hidden_size']), ('depth', t['num_layers']),
             ('heads', t['num_heads']), ('MLP width', t['mlp_dim']),
             ('class token', 'yes' if presets.num_prefix_tokens(config) else 'no'),
             ('position embedding parameters', _posemb_params(config['posemb'])))
-  if resnet:
+  if family == 'hybrid':
+    resnet = config['resnet']
     fields += (('ResNet units per stage', tuple(resnet['num_layers'])),
                ('ResNet width factor', resnet['width_factor']))
   return fields
@@ -228,17 +232,19 @@ def _matching_preset(fields: Mapping[str, Any]) -> Optional[str]:
 
 def _custom_name(fields: Mapping[str, Any]) -> str:
   """A descriptive name for shapes that match no preset, e.g. 'ViT-custom-128d-4L-4h-p7'."""
-  if presets.is_resnet(fields):
+  family = presets.family_of(fields)
+  if family == 'resnet':
     sizes = '-'.join(map(str, fields['stage_sizes']))
     return f'ResNet-custom-{sizes}-w{fields["width_factor"]:g}-root{fields["root_kernel"]}'
   patch = fields['patches']['size'][0]
-  if presets.is_swin(fields):
+  if family == 'swin':
     return (f'Swin-custom-{fields["embed_dim"]}d-{"-".join(map(str, fields["depths"]))}-'
             f'{"-".join(map(str, fields["num_heads"]))}h-p{patch}-w{fields["window_size"]}')
-  if presets.is_mixer(fields):
+  if family == 'mixer':
     return f'Mixer-custom-{fields["hidden_dim"]}d-{fields["num_blocks"]}L-p{patch}'
-  t, resnet = fields['transformer'], fields.get('resnet')
-  root = '' if resnet is None else 'R' + '-'.join(map(str, resnet['num_layers'])) + '+'
+  t = fields['transformer']
+  root = ('R' + '-'.join(map(str, fields['resnet']['num_layers'])) + '+'
+          if family == 'hybrid' else '')
   return (f'{root}ViT-custom-{fields["hidden_size"]}d-{t["num_layers"]}L-{t["num_heads"]}h-'
           f'mlp{t["mlp_dim"]}-p{patch}')
 
@@ -269,7 +275,7 @@ def _swin_config(tree: Mapping[str, Any]) -> Dict[str, Any]:
     fields = swin_timm.swin_fields(tree)
   except (KeyError, ValueError) as e:
     raise CheckpointError(f'an incomplete Swin checkpoint ({type(e).__name__}: {e}).') from None
-  return dict(presets.SWIN_EXTRAS, **fields)
+  return dict(presets.SWIN_EXTRAS, family='swin', **fields)
 
 
 def architecture(params: Mapping[str, Any]) -> Architecture:
@@ -304,10 +310,20 @@ def architecture(params: Mapping[str, Any]) -> Architecture:
   config['model_name'] = _matching_preset(config) or _custom_name(config)
   stride = presets.token_stride(config)
   image_size = grid[0] * stride if grid and grid[0] == grid[1] else None
-  if presets.is_swin(config):
+  if presets.family_of(config) == 'swin':
     image_size = presets.finetune_resolution(config)
   return Architecture(config=ml_collections.ConfigDict(config), num_classes=num_classes,
                       grid=grid, image_size=image_size, assumed=tuple(assumed))
+
+
+def preset_family(model: Mapping[str, Any]) -> Optional[str]:
+  """The family of the preset a model description names (`model_name`), or None.
+
+  How a description written before configs declared `family` gets one: a preset's name says
+  it (runlocal and overrides keep the family); otherwise the file's shapes do (`architecture`).
+  """
+  preset = presets.MODEL_CONFIGS.get(model.get('model_name') or '')
+  return None if preset is None else preset.family
 
 
 def conform(arch: Architecture, declared: Any, declared_name: str) -> Architecture:
@@ -319,11 +335,14 @@ def conform(arch: Architecture, declared: Any, declared_name: str) -> Architectu
   Raises:
     CheckpointError: one line naming the first field where `declared` contradicts the file.
   """
+  if not declared.get('family'):  # Descriptions written before configs declared it.
+    declared = dict(plain_config(declared),
+                    family=preset_family(declared) or arch.config.family)
   problem = first_difference(arch.config, declared, declared_name)
   if problem:
     raise CheckpointError(problem)
   config = plain_config(declared)
-  if not (presets.is_mixer(config) or presets.is_resnet(config) or presets.is_swin(config)):
+  if presets.family_of(config) in ('vit', 'hybrid'):
     config = full_vit_config(config)
     found = plain_config(arch.config)
     config['representation_size'] = found['representation_size']

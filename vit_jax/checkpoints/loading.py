@@ -1,14 +1,17 @@
-"""A checkpoint into a ready model: the file's architecture, its params fitted, its input.
+"""One path from a checkpoint source to a model: resolve, read and describe once, then fit.
 
-`load_model` reads a published `.npz`, run directory, published name or timm-format source
-into the model its shapes describe (`architecture.architecture`; a run's metadata.json, a
-`<name>.json` or `--model` add what shapes cannot say). The tools (predict, analyze, features,
-export_timm) and training's distillation teacher load through it.
+A source (a published name, an `.npz` path or URL, a run directory, a timm hub folder,
+`.safetensors` file or `hf-hub:` name) is opened once by `open_source` into a `Source`: its
+arrays in this package's tree and one description (`architecture.Architecture`: family, every
+architecture field, image size, mean/std, class names, and what was assumed and why). Everything
+that starts from a checkpoint takes that object: fine-tuning (`fit_source`, also behind the
+official `checkpoint.load_pretrained`), the distillation teacher and the tools (`load_model`).
+This module sits below `checkpoint.py` (the official API) and never imports it.
 """
 
 import dataclasses
 import os
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -16,34 +19,160 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from vit_jax import checkpoint
 from vit_jax import config_lib
 from vit_jax import models
 from vit_jax import presets
 from vit_jax.checkpoints import architecture
 from vit_jax.checkpoints import metadata as metadata_lib
+from vit_jax.checkpoints import npz_format
 from vit_jax.checkpoints import store
 from vit_jax.checkpoints import surgery
-from vit_jax.checkpoints import swin_timm
 from vit_jax.checkpoints import timm_files
 from vit_jax.checkpoints import timm_format
 from vit_jax.checkpoints.architecture import Architecture
 from vit_jax.checkpoints.npz_format import CheckpointError, Params
 
 
-def load_architecture(path: str, cache_dir: Optional[str] = None
-                      ) -> Tuple[Params, Architecture]:
-  """(Linen params, Architecture) of a checkpoint: an npz's from its shapes (`architecture`),
-  a timm file's from its shapes and config.json (with its input size, mean and std)."""
+def read_arrays(path: str, cache_dir: Optional[str] = None
+                ) -> Tuple[Params, Optional[Architecture]]:
+  """(Linen params, a timm file's Architecture or None) of a resolved checkpoint path.
+
+  The one place that asks "timm file or npz?": a timm file is read and converted (its
+  description comes from its config.json and shapes); an npz (local, cached or downloaded into
+  `cache_dir`) is only read, and described by `open_source`.
+  """
   if not timm_files.is_timm_source(path):
-    params = checkpoint.load(path, cache_dir)
-    return params, architecture.architecture(params)
+    return npz_format.params_from_flat(npz_format.read_npz(store.resolve(path, cache_dir))), None
   converted = timm_format.load_as_checkpoint(path)
   arch = Architecture(config=ml_collections.ConfigDict(converted.model_config),
                       num_classes=converted.num_classes, grid=None,
                       image_size=converted.image_size, assumed=converted.assumed,
                       mean=converted.mean, std=converted.std)
   return converted.params, arch
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+  """A checkpoint source read once (`open_source`): its arrays and what it is.
+
+  Attributes:
+    name: the source as given (a published name, path, URL, hub folder or hf-hub: name).
+    path: where it resolved to (`store.resolve_name`).
+    params: the Linen param tree (numpy), not yet fitted to any model.
+    description: what the file is (family and every architecture field in `config`, classes,
+      trained grid and image size, mean/std, class names, `assumed`), from its shapes completed
+      by its declared description (run metadata, `<name>.json`, config.json, `--model`).
+    declared: the file's own description of its model (run metadata), or None.
+  """
+
+  name: str
+  path: str
+  params: Params
+  description: Architecture
+  declared: Optional[Mapping[str, Any]] = None
+
+
+def _check_exists(name: str, path: str) -> None:
+  if not (store.is_remote(path) or timm_files.is_timm_source(path)) and not os.path.isfile(path):
+    raise CheckpointError(
+        f'Could not find checkpoint "{name}"; pass an .npz file, a run directory, a gs:// or '
+        'https:// address, a published name such as ViT-B_16, or a timm hub folder, '
+        '.safetensors file or hf-hub:timm/<name>.')
+
+
+def open_source(name: str, model: Optional[str] = None,
+                cache_dir: Optional[str] = None) -> Source:
+  """Resolves, reads and describes a checkpoint source, once.
+
+  Args:
+    name: local .npz, run directory, gs:// or https:// address, a published name
+      ('ViT-B_16', 'augreg/<file stem>'), or a timm-format hub folder, .safetensors file or
+      hf-hub:timm/<name>; see `store.resolve_name`.
+    model: optional check: a preset name or a `.py` file (see `model_config`) that must agree
+      with the file; it also settles what shapes cannot (dropout, token vs token_unpooled).
+    cache_dir: where remote files are cached (default: `store`'s).
+
+  Raises:
+    ValueError: unknown model name, or a `--model` that contradicts the file (one line).
+    CheckpointError: missing/unreadable file or one that is no ViT/hybrid/Mixer/ResNet/Swin.
+  """
+  if model and not model.endswith('.py'):
+    models.get_config(model)  # An unknown name fails before any download.
+  path = store.resolve_name(name)
+  _check_exists(name, path)
+  params, arch = read_arrays(path, cache_dir)
+  metadata = None
+  if arch is None:  # An npz: its shapes, completed by its description.
+    arch, metadata = architecture.architecture(params), metadata_lib.read_metadata(path)
+  arch = _described(arch, path, model, metadata)
+  return Source(name=name, path=path, params=params, description=arch,
+                declared=(metadata or {}).get('model'))
+
+
+def _described(arch: Architecture, path: str, model: Optional[str],
+               metadata: Optional[Dict[str, Any]]) -> Architecture:
+  """The file's architecture, completed by its run metadata and checked against `--model`."""
+  if metadata and metadata.get('model'):
+    arch = architecture.conform(arch, metadata['model'], store.METADATA_FILE)
+  if model:
+    try:
+      arch = architecture.conform(arch, model_config(model), model)
+    except CheckpointError as e:
+      fix = (f' or pass --model={arch.model_name}' if arch.model_name in models.MODEL_CONFIGS
+             else '')
+      raise CheckpointError(
+          f'--model does not fit {os.path.basename(path)}: {e}; drop --model (the file says '
+          f'what it is){fix}.') from None
+  metadata = metadata or {}
+  names = metadata.get('class_names')
+  mean, std = metadata_lib.run_normalization(metadata) or (arch.mean, arch.std)
+  return dataclasses.replace(
+      arch, image_size=metadata.get('image_size') or arch.image_size,
+      class_names=tuple(names) if names else None, mean=tuple(mean), std=tuple(std))
+
+
+def warn_assumed(source: Source, assumed: Sequence[str], how: str) -> None:
+  """One warning line naming each value the file could not tell and how to state it.
+
+  E.g. a bare npz of a `posemb='none'` model is read as sincos2d (the same shapes): the line
+  says so, and a `<name>.json` beside the file or naming the model (`how`) settles it.
+  """
+  if assumed:
+    logging.warning(
+        '%s does not say %s: assumed. To state them, put a %s beside it (the format of a run\'s '
+        '%s: {"model": {...}, "image_size": N}) or %s.', source.path, '; '.join(assumed),
+        os.path.basename(metadata_lib.sidecar_path(source.path)), store.METADATA_FILE, how)
+
+
+def fit_source(source: Source, init_params: Mapping[str, Any], model_config: Any, *,
+               grid_shape: Optional[Sequence[int]] = None, keep_head: bool = False) -> Params:
+  """The source's arrays fitted to a model (`surgery.fit_to_model`): the one fitting step.
+
+  Fine-tuning replaces the head (`keep_head=False`); the teacher and the tools keep it.
+  Position embeddings are fitted to `grid_shape`, Swin tables to the model's window.
+  """
+  _warn_if_described_otherwise(source, model_config)
+  return surgery.fit_to_model(source.params, init_params, model_config, source.name,
+                              grid_shape=grid_shape, keep_head=keep_head)
+
+
+def _warn_if_described_otherwise(source: Source, model_config: Any) -> None:
+  """One warning when a file's description gives another posemb/classifier than the config.
+
+  Neither has parameters of its own in every case (sincos2d vs none; token vs token_unpooled),
+  so the shapes fit and fine-tuning would silently start from another model than was trained.
+  """
+  described = source.declared
+  if not described or presets.family_of(model_config) not in ('vit', 'hybrid'):
+    return
+  config = architecture.full_vit_config(model_config)  # A preset's omitted fields: defaults.
+  changed = [f'{key} {described[key]!r} in the file, {config[key]!r} in the config'
+             for key in ('posemb', 'classifier')
+             if key in described and described[key] != config[key]]
+  if changed:
+    logging.warning('load_pretrained: %s was trained with another model: %s; set '
+                    '--config.model.<field> to the file\'s value to fine-tune the model it holds.',
+                    source.path, '; '.join(changed))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,97 +230,48 @@ def model_config(model: str) -> ml_collections.ConfigDict:
   if 'model' in stage and hasattr(stage.model, 'to_dict'):  # An experiment config (its last stage).
     config = stage.model
   config = ml_collections.ConfigDict(config.to_dict())  # Unlocked copy.
-  if 'patches' not in config and not models.is_mixer(config):
-    raise ValueError(f'"{model}": get_config() must return a model ConfigDict (with patches, '
-                     'hidden_size, transformer, ...) or an experiment config with .model.')
+  if config.get('family') not in presets.FAMILIES:
+    raise ValueError(f'"{model}": get_config() must return a model ConfigDict that declares its '
+                     f'family ({", ".join(presets.FAMILIES)}), e.g. config_lib.small_vit(...), '
+                     'or an experiment config with .model.')
   if not config.get('model_name'):
     config.model_name = os.path.splitext(os.path.basename(model))[0]
   return config
 
 
-def _architecture(arch: Architecture, path: str, model: Optional[str],
-                  metadata: Optional[Dict[str, Any]]) -> Architecture:
-  """The file's architecture, completed by its run metadata and checked against `--model`."""
-  if metadata and metadata.get('model'):
-    arch = architecture.conform(arch, metadata['model'], store.METADATA_FILE)
-  if model:
-    try:
-      arch = architecture.conform(arch, model_config(model), model)
-    except CheckpointError as e:
-      fix = (f' or pass --model={arch.model_name}' if arch.model_name in models.MODEL_CONFIGS
-             else '')
-      raise CheckpointError(
-          f'--model does not fit {os.path.basename(path)}: {e}; drop --model (the file says '
-          f'what it is){fix}.') from None
-  return arch
-
-
-def warn_assumed(path: str, assumed: Sequence[str]) -> None:
-  """One warning line naming each value the file could not tell and how to state it.
-
-  E.g. a bare npz of a `posemb='none'` model is read as sincos2d (the same shapes): the line
-  says so, and a `<name>.json` beside the file or `--model` settles it.
-  """
-  if assumed:
-    logging.warning(
-        '%s does not say %s: assumed. To state them, put a %s beside it (the format of a run\'s '
-        '%s: {"model": {...}, "image_size": N}) or pass --model=PRESET|FILE.py (and '
-        '--image_size=N).', path, '; '.join(assumed), os.path.basename(
-            metadata_lib.sidecar_path(path)), store.METADATA_FILE)
-
-
 def load_model(checkpoint_path: str, model: Optional[str] = None,
                image_size: Optional[int] = None) -> LoadedModel:
-  """Loads a published-format checkpoint into the model its shapes describe.
+  """Loads a checkpoint source into the model it describes (`open_source`, `model_from_source`).
 
   Args:
-    checkpoint_path: local .npz, run directory, gs:// or https:// address, a published
-      name ('ViT-B_16', 'augreg/<file stem>'), or a timm-format hub folder, .safetensors
-      file or hf-hub:timm/<name>; see `store.resolve_name`.
-    model: optional check: a preset name or a `.py` file (see `model_config`) that must agree
-      with the file; it also settles what shapes cannot (dropout, token vs token_unpooled).
-    image_size: input side; None uses the run metadata's, else the checkpoint's own
-      resolution (from its position embeddings, 224 when it has none). Another size resizes
-      the position embeddings.
+    checkpoint_path: what `open_source` takes.
+    model: optional check (a preset name or `.py` file); see `open_source`.
+    image_size: input side; None uses the description's (run metadata, else the checkpoint's
+      position-embedding grid, 224 when it has none). Another size resizes the position
+      embeddings.
 
   Returns:
     A `LoadedModel`.
-
-  Raises:
-    ValueError: unknown model name, or a `--model` that contradicts the file (one line).
-    CheckpointError: missing/unreadable file or one that is no ViT/hybrid/Mixer.
   """
-  if model and not model.endswith('.py'):
-    models.get_config(model)  # An unknown name fails before any download.
-  path = store.resolve_name(checkpoint_path)
-  timm_file = timm_files.is_timm_source(path)
-  if not (store.is_remote(path) or timm_file) and not os.path.isfile(path):
-    raise CheckpointError(
-        f'Could not find checkpoint "{checkpoint_path}"; pass an .npz file, a run directory, '
-        'a gs:// or https:// address, a published name such as ViT-B_16, or a timm hub '
-        'folder, .safetensors file or hf-hub:timm/<name>.')
-  params, arch = load_architecture(path)
-  metadata = None if timm_file else metadata_lib.read_metadata(path)
-  arch = _architecture(arch, path, model, metadata)
-  config = arch.config
-  assumed = list(arch.assumed)
-  if not (image_size or (metadata or {}).get('image_size') or arch.image_size):
+  return model_from_source(open_source(checkpoint_path, model), image_size)
+
+
+def model_from_source(source: Source, image_size: Optional[int] = None) -> LoadedModel:
+  """The model a source describes with its arrays fitted (`fit_source`, keeping the head)."""
+  arch = source.description
+  config, assumed = arch.config, list(arch.assumed)
+  if not (image_size or arch.image_size):
     assumed.append('image_size 224 (no position-embedding grid to read it from)')
-  image_size = image_size or (metadata or {}).get('image_size') or arch.image_size or 224
-  warn_assumed(path, assumed)
-  if not models.is_mixer(config):
-    params = surgery.fit_posemb(params, config, models.token_grid(config, (image_size,) * 2))
+  image_size = image_size or arch.image_size or 224
+  warn_assumed(source, assumed, 'pass --model=PRESET|FILE.py (and --image_size=N)')
   net = models.get_model(config, num_classes=arch.num_classes)
   expected = jax.eval_shape(
       lambda: net.init(jax.random.key(0), jnp.zeros((1, image_size, image_size, 3)),
                        train=False))['params']
-  if models.is_swin(config):  # Another input size can clamp a stage's window: tables resized.
-    params = swin_timm.fit_relative_position_tables(params, expected)
-  surgery.check_tree(params, expected, checkpoint_path)
+  params = fit_source(source, expected, config, keep_head=True,
+                      grid_shape=models.token_grid(config, (image_size,) * 2))
   head_is_zero = bool(arch.num_classes) and not np.any(params['head']['kernel'])
-  names = (metadata or {}).get('class_names')
-  mean, std = metadata_lib.run_normalization(metadata) or (arch.mean, arch.std)
   return LoadedModel(model=net, params=params, config=config, image_size=image_size,
                      num_classes=arch.num_classes, head_is_zero=head_is_zero,
-                     source=checkpoint_path, class_names=tuple(names) if names else None,
-                     assumed=tuple(assumed), mean=tuple(mean), std=tuple(std))
+                     source=source.name, class_names=arch.class_names,
+                     assumed=tuple(assumed), mean=arch.mean, std=arch.std)

@@ -16,10 +16,9 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 from absl import logging
 
 from vit_jax import presets
+from vit_jax.checkpoints import architecture
 from vit_jax.checkpoints import npz_format
 from vit_jax.checkpoints import store
-from vit_jax.checkpoints import timm_files
-from vit_jax.checkpoints import timm_format
 from vit_jax.checkpoints.architecture import plain_config
 from vit_jax.checkpoints.npz_format import CheckpointError
 
@@ -101,18 +100,6 @@ def _preprocessing(image_size: int, mean: Sequence[float], std: Sequence[float]
               value_range=[-1., 1.] if official else [min(low), max(high)], mean=mean, std=std)
 
 
-def input_normalization(path: str) -> Tuple[Tuple[float, ...], Tuple[float, ...]]:
-  """(mean, std) of the [0, 1] input a checkpoint's weights expect: a timm file's (config.json,
-  else its family's default), a run's (its description), else the official 0.5/0.5."""
-  if timm_files.is_timm_source(path):
-    try:
-      return timm_format.input_normalization(path)
-    except timm_files.TimmFormatError as e:
-      raise CheckpointError(str(e)) from None
-  return run_normalization(read_metadata(path)) or (presets.OFFICIAL_MEAN,
-                                                    presets.OFFICIAL_STD)
-
-
 def run_normalization(metadata: Optional[Mapping[str, Any]]
                       ) -> Optional[Tuple[Tuple[float, ...], Tuple[float, ...]]]:
   """(mean, std) a run's description records, or None (older runs: the official 0.5/0.5)."""
@@ -174,7 +161,28 @@ def read_metadata(npz_path_or_dir: str) -> Optional[Dict[str, Any]]:
 
   In order: the run's `metadata.json` when it names this file (`params_file`), a
   `<name>.json` beside it, the description embedded in the file (any copy of an export).
+  Its `model` always declares `family` (`with_declared_family`).
   """
+  if os.path.isdir(npz_path_or_dir):
+    npz_path_or_dir = os.path.join(npz_path_or_dir, store.PARAMS_FILE)
+  return with_declared_family(_read_description(npz_path_or_dir), npz_path_or_dir)
+
+
+def with_declared_family(data: Optional[Dict[str, Any]], npz_path: str
+                         ) -> Optional[Dict[str, Any]]:
+  """`data` whose `model` declares its family: descriptions written before `family` existed
+  get it once here, from the preset their `model_name` names, else from the file's shapes."""
+  model = (data or {}).get('model')
+  if not isinstance(model, Mapping) or model.get('family'):
+    return data
+  family = architecture.preset_family(model)
+  if family is None and os.path.isfile(npz_path):
+    family = architecture.architecture(npz_format.read_shapes(npz_path)).config.family
+  return data if family is None else dict(data, model=dict(model, family=family))
+
+
+def _read_description(npz_path_or_dir: str) -> Optional[Dict[str, Any]]:
+  """What `read_metadata` reads, as written."""
   if store.is_remote(npz_path_or_dir):
     return None
   if os.path.isdir(npz_path_or_dir):

@@ -8,6 +8,7 @@ GroupNorm scale/bias are stored as (1, 1, 1, C).
 
 import os
 import re
+import types
 import zipfile
 from typing import Any, Dict, Mapping, Optional
 
@@ -43,6 +44,28 @@ def read_npz(path: str) -> Dict[str, np.ndarray]:
       raise
     raise CheckpointError(f'{path} is not a readable .npz checkpoint ({e}); it may be truncated '
                           'or corrupt: delete it and download or export it again.') from None
+
+
+def read_shapes(path: str) -> Dict[str, Any]:
+  """Flat {name: object with `.shape`} of a local .npz, from its array headers (no array read).
+
+  What `architecture.architecture` needs to describe a file without loading it.
+  """
+  shapes = {}
+  try:
+    with zipfile.ZipFile(path) as archive:
+      for member in archive.namelist():
+        if not member.endswith('.npy'):
+          continue
+        with archive.open(member) as f:
+          version = np.lib.format.read_magic(f)
+          read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0) else
+                         np.lib.format.read_array_header_2_0)
+          shapes[member[:-len('.npy')]] = types.SimpleNamespace(shape=read_header(f)[0])
+  except (zipfile.BadZipFile, EOFError, OSError, ValueError) as e:
+    raise CheckpointError(f'{path} is not a readable .npz checkpoint ({e}); it may be truncated '
+                          'or corrupt: delete it and download or export it again.') from None
+  return shapes
 
 
 def write_npz(params: Mapping[str, Any], path: str, comment: Optional[bytes] = None) -> str:

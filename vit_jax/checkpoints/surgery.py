@@ -171,7 +171,7 @@ def fit_to_model(restored: Params, init_params: Mapping[str, Any], model_config:
   grid = grid_shape or _posemb_grid(init_params, model_config)
   if grid is not None:
     restored = fit_posemb(restored, model_config, grid)
-  if presets.is_swin(model_config):  # Another window or resolution: tables resized as timm.
+  if presets.family_of(model_config) == 'swin':  # Another window or resolution: as timm.
     restored = swin_timm.fit_relative_position_tables(restored, init_params)
   check_tree(restored, init_params, source)
   return _cast_like(restored, init_params)

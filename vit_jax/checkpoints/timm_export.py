@@ -34,7 +34,7 @@ def timm_model_args(model_config: Mapping[str, Any], num_classes: int,
       position embeddings, a LayerNorm epsilon its architecture does not have).
   """
   c = model_config
-  problem = ('a ResNet stem' if c.get('resnet') else
+  problem = ('a ResNet stem' if presets.family_of(c) == 'hybrid' else
              'pre_logits' if c.get('representation_size') is not None else
              f'posemb {c.get("posemb")}' if c.get('posemb', 'learn') not in ('learn', 'none')
              else None)

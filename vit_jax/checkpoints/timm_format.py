@@ -55,21 +55,6 @@ def load_as_checkpoint(path_or_name: str) -> Converted:
     raise CheckpointError(str(e)) from None
 
 
-def input_normalization(path_or_name: str) -> Tuple[Tuple[float, ...], Tuple[float, ...]]:
-  """(mean, std) of the [0, 1] input a timm checkpoint expects, as `load(...)` gives them.
-
-  The config.json's `pretrained_cfg` decides when it has both (no weights are converted);
-  otherwise the family's default, from converting the weights.
-  """
-  weights, config_path = timm_files.local_files(path_or_name)
-  config = timm_files.read_config(config_path)
-  cfg = (config or {}).get('pretrained_cfg') or {}
-  if cfg.get('mean') is not None and cfg.get('std') is not None:
-    return tuple(float(m) for m in cfg['mean']), tuple(float(s) for s in cfg['std'])
-  converted = convert(timm_files.read_safetensors(weights), config)
-  return tuple(converted.mean), tuple(converted.std)
-
-
 _UNSUPPORTED_NAMES = (
     ('eva', 'rotary position embeddings and SwiGLU MLPs (EVA)'),
     ('swinv2', 'Swin v2 attention (scaled cosine, continuous position bias)'),

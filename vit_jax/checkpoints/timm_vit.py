@@ -258,7 +258,7 @@ def _vit_fields(sd: Mapping[str, np.ndarray], config: Optional[dict], heads: int
   registers = sd['reg_token'].shape[1] if 'reg_token' in sd else 0
   prefix = int(has_cls) + int('dist_token' in sd) + registers
   rows = sd['pos_embed'].shape[1] if 'pos_embed' in sd else 0
-  fields = dict(presets.VIT_EXTRAS)
+  fields = dict(presets.VIT_EXTRAS, family='vit')
   fields.update(
       model_name=name or 'timm-vit', patches={'size': (patch, patch)}, hidden_size=width,
       transformer=dict(num_layers=len({k.split('.')[1] for k in sd if k.startswith('blocks.')}),

@@ -19,11 +19,10 @@ without this module.
 import gzip
 import os
 import time
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import tensorflow_datasets as tfds
-from absl import flags
 from absl import logging
 
 from vit_jax.data import tfds_source
@@ -194,19 +193,3 @@ tfds_source.register_local_preparer('fashion_mnist', tfds_source.LocalPreparer(
     prepare=prepare_if_local,
     offline_hint=(' For fashion_mnist offline: `apt-get install dataset-fashion-mnist` or set '
                   'config.tfds_manual_dir to a folder with its idx files.')))
-
-_DATA_DIR = flags.DEFINE_string('data_dir', None, 'TFDS data dir (default: TFDS default).')
-_SOURCE_DIR = flags.DEFINE_string(
-    'source_dir', None, f'idx files (default: ${SOURCE_DIR_ENV} or {DEFAULT_SOURCE_DIR}).')
-
-
-def main(argv: Sequence[str]) -> str:
-  """`python -m vit_jax.fashion_mnist`: prepares the TFDS copy and says where.
-
-  Run through `vit_jax.tools.cli` as the tools are: a ValueError becomes one line and exit 1.
-  """
-  if len(argv) > 1:
-    raise ValueError(f'Unexpected arguments: {" ".join(argv[1:])}; the command takes only '
-                     '--data_dir and --source_dir.')
-  prepare(_DATA_DIR.value, _SOURCE_DIR.value)
-  return f'fashion_mnist is prepared in {_DATA_DIR.value or "the TFDS default data dir"}.'

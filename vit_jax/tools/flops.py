@@ -85,13 +85,14 @@ def count_flops(model_config: Any, image_size: int, num_classes: int = 1000) -> 
     image_size: square input side in pixels.
     num_classes: head outputs; 0 for none.
   """
-  if models.is_mixer(model_config) or models.is_resnet(model_config):
+  family = models.family_of(model_config)
+  if family in ('mixer', 'resnet'):
     raise ValueError('flops counts ViT, hybrid and Swin models; Mixer and ResNet presets are not '
                      'supported (XLA\'s cost_analysis() of the jitted forward pass counts them).')
-  if models.is_swin(model_config):
+  if family == 'swin':
     return swin_flops(model_config, image_size, num_classes)
   hw, channels, out = (image_size, image_size), 3, {}
-  if model_config.get('resnet') is not None:
+  if family == 'hybrid':
     out['resnet'], hw, channels = resnet_flops(model_config['resnet'], hw)
   ph, pw = model_config['patches']['size']
   grid = (hw[0] // ph, hw[1] // pw)
@@ -145,7 +146,8 @@ def _variant(model_config: Any, change: str) -> Tuple[Any, int]:
   """A copy of the config with one dimension doubled, and the image-size multiplier."""
   config = models.get_config(model_config.model_name)
   config.update(model_config.to_dict())
-  if models.is_swin(config):
+  swin = models.family_of(config) == 'swin'
+  if swin:
     if change == 'hidden size':
       config.embed_dim *= 2
     elif change == 'depth':
@@ -155,7 +157,7 @@ def _variant(model_config: Any, change: str) -> Tuple[Any, int]:
     config.transformer.mlp_dim *= 2  # Keep the MLP ratio (4× in every preset).
   if change == 'patch size':
     config.patches.size = tuple(2 * p for p in config.patches.size)
-  elif change == 'depth' and not models.is_swin(config):
+  elif change == 'depth' and not swin:
     config.transformer.num_layers *= 2
   return config, 2 if change == 'image side' else 1
 
@@ -224,7 +226,7 @@ def size_table(model_names: Sequence[str], sizes: Sequence[int], num_classes: in
     config, previous = models.get_config(name), None
     for side in sizes:
       flops = count_flops(config, side, num_classes)
-      grid = models.token_grid(config, (side, side)) if not models.is_swin(config) else (
+      grid = models.token_grid(config, (side, side)) if models.family_of(config) != 'swin' else (
           side // config.patches.size[0], side // config.patches.size[1])
       growth = f'{flops["attention"] / previous:7.2f}' if previous else f'{"":7s}'
       lines.append(f'{name:14s} {side:5d} {grid[0] * grid[1]:7d} '

@@ -1,50 +1,62 @@
-"""A run's config completed from the checkpoint it fine-tunes: its model and input normalisation.
+"""A run's pretrained source, opened once, and the config completed from it: model and input.
 
 Fine-tuning a timm hub folder, a .safetensors file or any npz needs neither a model name nor
-the weights' mean/std in the config: `train_and_evaluate` reads them here first.
+the weights' mean/std in the config: `train_and_evaluate` opens the source once
+(`PretrainedSource`), completes the config from its description here, and `state.init_state`
+fits the same arrays to the model.
 """
 
 import json
 import os
+from typing import Optional
 
 import jax
 import ml_collections
 from absl import logging
 
-from vit_jax.checkpoints import architecture
 from vit_jax.checkpoints import loading
-from vit_jax.checkpoints import metadata as metadata_lib
 from vit_jax.checkpoints import store
-from vit_jax.checkpoints import timm_files
 from vit_jax.data import image_ops
 
 
-def with_checkpoint_model(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+class PretrainedSource:
+  """A run's pretrained source, opened (read, converted, described) at most once.
+
+  `open(name)` returns the `loading.Source` of `name`, reading it on the first call only; every
+  step of a run that needs the pretrained checkpoint (its model, its input normalisation, its
+  weights) asks this object, so a hub folder's arrays are read and converted once.
+  """
+
+  def __init__(self):
+    self._source: Optional[loading.Source] = None
+
+  def open(self, name: str) -> loading.Source:
+    path = store.resolve_name(name)
+    if self._source is None or self._source.path != path:
+      self._source = loading.open_source(name)
+    return self._source
+
+
+def with_checkpoint_model(config: ml_collections.ConfigDict,
+                          pretrained: Optional[PretrainedSource] = None
+                          ) -> ml_collections.ConfigDict:
   """`config` with `model` read from `config.pretrained_path` when the config names none.
 
   This is how a timm hub folder, .safetensors file or hf-hub name (or any npz) is fine-tuned
-  without a model name (`configs/hub.py`): the checkpoint says what it is; dropout stays 0.
+  without a model name (`configs/hub.py`): the checkpoint says what it is (its shapes completed
+  by its description: the run's metadata.json, a <name>.json beside it, the one embedded in the
+  npz, a timm config.json); dropout stays 0.
   """
   if config.model is not None:
     return config
   if not config.pretrained_path:
     raise ValueError('config.model is not set: name a model (e.g. configs/vit.py:b16,DATASET) '
                      'or pass --config.pretrained_path=<checkpoint> to fine-tune what it holds.')
-  path = store.resolve_name(config.pretrained_path)
-  _, arch = loading.load_architecture(path)
-  # What the shapes cannot tell (posemb 'none' vs 'sincos2d', ...) the file's description does:
-  # the run's metadata.json, a <name>.json beside it or the one embedded in the npz.
-  described = (None if timm_files.is_timm_source(path)
-               else (metadata_lib.read_metadata(path) or {}).get('model'))
-  if described:
-    arch = architecture.conform(arch, described, store.METADATA_FILE)
-  if arch.assumed:
-    logging.warning('%s does not say %s: assumed. To state them, put a %s beside it (the format '
-                    'of a run\'s %s) or name the model (configs/vit.py:MODEL,DATASET).',
-                    config.pretrained_path, '; '.join(arch.assumed),
-                    os.path.basename(metadata_lib.sidecar_path(path)), store.METADATA_FILE)
+  source = (pretrained or PretrainedSource()).open(config.pretrained_path)
+  loading.warn_assumed(source, source.description.assumed,
+                       'name the model (configs/vit.py:MODEL,DATASET)')
   config = ml_collections.ConfigDict(config.to_dict())
-  config.model = arch.config
+  config.model = source.description.config
   logging.info('Model from %s: %s.', config.pretrained_path, config.model.model_name)
   return config.lock()
 
@@ -52,15 +64,16 @@ def with_checkpoint_model(config: ml_collections.ConfigDict) -> ml_collections.C
 NORMALIZATION_FILE = 'input_normalization.json'
 
 
-def with_checkpoint_normalization(config: ml_collections.ConfigDict, workdir: str
+def with_checkpoint_normalization(config: ml_collections.ConfigDict, workdir: str,
+                                  pretrained: Optional[PretrainedSource] = None
                                   ) -> ml_collections.ConfigDict:
   """`config` with `pp.mean`/`pp.std` of the weights `config.pretrained_path` holds.
 
   Only when the config leaves them at the official default and the weights expect others
   (CLIP's, DINOv2's or Swin's ImageNet values in a timm config.json, or a run fine-tuned with
-  them): then training, eval and the exported metadata all use the weights' values. The choice
-  is recorded in `workdir/input_normalization.json` on first start and read back on resume, so
-  a resumed run's inputs never change midway, even when the pretrained file is gone by then.
+  them): then training, eval and the exported metadata all use the weights' values. A run that
+  recorded its choice (`record_normalization`, in `workdir`) reads it back, so a resumed run's
+  inputs never change midway, even when the pretrained file is gone by then. Writes nothing.
   """
   pp = config.pp
   if not image_ops.is_official_normalization(pp.mean, pp.std):
@@ -74,7 +87,8 @@ def with_checkpoint_normalization(config: ml_collections.ConfigDict, workdir: st
     path = store.resolve_name(config.pretrained_path)
     if store.is_remote(path) or store.check_available(path):
       return config  # A published npz (official inputs), or missing: preflight says so.
-    mean, std = metadata_lib.input_normalization(path)
+    described = (pretrained or PretrainedSource()).open(config.pretrained_path).description
+    mean, std = described.mean, described.std
   else:
     return config
   if image_ops.is_official_normalization(mean, std):
@@ -82,10 +96,20 @@ def with_checkpoint_normalization(config: ml_collections.ConfigDict, workdir: st
   logging.info('Input normalisation of %s: (x / 255 - mean) / std with mean %s, std %s (not '
                'x / 127.5 - 1); set --config.pp.mean/--config.pp.std to choose others.',
                config.pretrained_path, mean, std)
-  if jax.process_index() == 0 and not os.path.isfile(recorded):
-    os.makedirs(workdir, exist_ok=True)
-    with open(recorded, 'w', encoding='utf-8') as f:
-      json.dump({'mean': list(mean), 'std': list(std), 'from': config.pretrained_path}, f)
   config = ml_collections.ConfigDict(config.to_dict())
   config.pp.mean, config.pp.std = tuple(mean), tuple(std)
   return config.lock()
+
+
+def record_normalization(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """Writes `workdir/input_normalization.json` (process 0, first start only) when the run
+  fine-tunes with other inputs than x / 127.5 - 1, so that a resume reads the same back
+  (`with_checkpoint_normalization`)."""
+  recorded = os.path.join(workdir, NORMALIZATION_FILE)
+  pp = config.pp
+  if (image_ops.is_official_normalization(pp.mean, pp.std) or not config.pretrained_path
+      or jax.process_index() != 0 or os.path.isfile(recorded)):
+    return
+  os.makedirs(workdir, exist_ok=True)
+  with open(recorded, 'w', encoding='utf-8') as f:
+    json.dump({'mean': list(pp.mean), 'std': list(pp.std), 'from': config.pretrained_path}, f)

@@ -7,7 +7,7 @@ into which a checkpoint is restored.
 """
 
 import dataclasses
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -16,13 +16,14 @@ from absl import logging
 from jax.sharding import Mesh
 
 from vit_jax import config_lib
-from vit_jax import checkpoint
 from vit_jax import input_pipeline
 from vit_jax import models
+from vit_jax.checkpoints import loading
 from vit_jax.checkpoints import store
 from vit_jax.data import image_ops
 from vit_jax import presets
 from vit_jax.training import distill
+from vit_jax.training import from_checkpoint
 from vit_jax.training import optim
 from vit_jax.training import parallel
 
@@ -52,8 +53,10 @@ def validate_config(config: Any, mesh: Mesh) -> None:
   if not 0. <= config.ema_decay < 1.:
     raise ValueError(f'ema_decay={config.ema_decay} must be in [0, 1) (0 turns the weight '
                      'average off; 0.999 averages over ~1000 steps).')
-  patch = config.model.patches.size[0] if 'patches' in config.model else 1
-  if config.model.get('resnet') is None and config.pp.crop % patch:
+  # Patch sizes that must divide the input (a hybrid's ResNet and a ResNet pad any size).
+  family = presets.family_of(config.model)
+  patch = config.model.patches.size[0] if family in ('vit', 'mixer', 'swin') else 1
+  if config.pp.crop % patch:
     up = -(-config.pp.crop // patch) * patch
     raise ValueError(
         f'pp.crop={config.pp.crop} is not a multiple of the patch size {patch} of '
@@ -117,10 +120,12 @@ def build_trainer(config: Any, *, needs_pretrained: bool = True) -> Trainer:
                  grid, info)
 
 
-def init_state(trainer: Trainer, *, abstract: bool = False) -> State:
+def init_state(trainer: Trainer, *, abstract: bool = False,
+               pretrained: Optional[from_checkpoint.PretrainedSource] = None) -> State:
   """Initial train state: pretrained weights if configured, else a fresh init (seeded).
 
   Built directly in its sharding (`state_shardings`): no device ever holds a full sharded copy.
+  The pretrained checkpoint comes from `pretrained` (the run's source, opened once) when given.
   """
   config = trainer.config
   dummy = jnp.zeros((1, config.pp.crop, config.pp.crop, 3), jnp.float32)
@@ -143,9 +148,9 @@ def init_state(trainer: Trainer, *, abstract: bool = False) -> State:
   path = store.pretrained_path(config)
   if path:
     logging.info('Fine-tuning from %s', path)
-    loaded = checkpoint.load_pretrained(
-        pretrained_path=path, init_params=parallel.to_host(params), model_config=config.model,
-        grid_shape=trainer.grid_shape, keep_head=config.keep_head)
+    source = (pretrained or from_checkpoint.PretrainedSource()).open(path)
+    loaded = loading.fit_source(source, parallel.to_host(params), config.model,
+                                grid_shape=trainer.grid_shape, keep_head=config.keep_head)
     params = jax.device_put(loaded, shardings['params'])
   return jax.jit(make_state, out_shardings=shardings)(params)
 
