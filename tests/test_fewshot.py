@@ -90,3 +90,94 @@ def test_rows_are_put_back_in_the_split_order_for_several_processes():
   batches = [np.array(local[0][b] + local[1][b]) for b in range(3)]
   np.testing.assert_array_equal(fewshot.in_split_order(batches, 2), np.arange(12))
   np.testing.assert_array_equal(fewshot.in_split_order(batches, 1), np.concatenate(batches))
+
+
+def folder_config(dataset, **overrides):
+  """The `testing` ViT at 32px (2x2 tokens) on a tiny image folder, few-shot on the same one."""
+  config = config_lib.with_model(config_lib.get_config(), 'testing')
+  config.model.transformer.dropout_rate = 0.
+  config.dataset = dataset
+  config.pp.update(dict(train='train', test='test', crop=32, train_aug='none'))
+  config.update(dict(
+      pretrained_dir='', total_steps=4, batch=4, batch_eval=8, accum_steps=1, warmup_steps=1,
+      base_lr=0.1, optim_dtype='float32', shuffle_buffer=16, progress_every=2, eval_every=2,
+      checkpoint_every=2, prefetch=1))
+  config.fewshot.update(dict(datasets=(dataset,), shots=(1, 3), seeds=2, holdout=2,
+                             l2_regs=(1., 64.)))
+  config.update(overrides)
+  return config
+
+
+@pytest.fixture
+def image_folder(tmp_path):
+  from test_distributed import write_image_dataset  # Tiny PNG folders, 3 classes.
+  return write_image_dataset(str(tmp_path / 'data'), train_per_class=6, test_per_class=3)
+
+
+def random_params(model, crop=32, seed=3):
+  params = model.init(jax.random.key(seed), jnp.zeros((1, crop, crop, 3)), train=False)['params']
+  leaves, tree = jax.tree.flatten(params)
+  rng = np.random.default_rng(seed)
+  return jax.tree.unflatten(tree, [x + 0.2 * rng.standard_normal(x.shape).astype(np.float32)
+                                   for x in leaves])
+
+
+def test_features_are_the_same_on_1_and_4_devices_and_in_the_split_order(image_folder):
+  assert jax.device_count() == 4  # tests/conftest.py
+  config = folder_config(image_folder)
+  model = models.get_model(config.model, num_classes=3)
+  params = random_params(model)
+  data = input_pipeline.get_eval_data(config, 'test')  # 9 images: 2 batches of 8, 7 padding.
+  got = {}
+  for devices in (1, 4):
+    mesh = parallel.make_mesh(jax.devices()[:devices])
+    represent = fewshot.make_representation_fn(model, mesh)
+    got[devices] = fewshot.extract(represent, params, data, mesh)
+    got[devices, 'results'] = fewshot.run_dataset(config, image_folder, represent, params,
+                                                  mesh)[0]
+  images = np.concatenate([b['image'][b['mask'] > 0] for b in data.batches()])
+  labels = np.concatenate([b['label'][b['mask'] > 0].argmax(-1) for b in data.batches()])
+  direct = model.clone(num_classes=0).apply({'params': params}, images, train=False)
+  assert direct.shape == (9, 10)  # Every test image once, the class token's 10 features.
+  for devices in (1, 4):
+    np.testing.assert_allclose(got[devices].x, direct, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got[devices].labels, labels)
+  assert sorted(labels.tolist()) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+  assert got[1, 'results'] == got[4, 'results']
+
+
+def fewshot_lines(workdir):
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    lines = [json.loads(line) for line in f]
+  return [line for line in lines if any(k.startswith('fewshot/') for k in line)]
+
+
+def test_training_logs_fewshot_metrics_and_a_resumed_run_logs_the_same(tmp_path, image_folder):
+  from test_train import crash_at  # Kills the run before a given step.
+  config = folder_config(image_folder, total_steps=4, eval_every=2, checkpoint_every=2)
+  train_lib = __import__('vit_jax.train', fromlist=['train'])
+  straight = str(tmp_path / 'straight')
+  train_lib.train_and_evaluate(config, straight)
+  logged = fewshot_lines(straight)
+  name = os.path.basename(image_folder)
+  assert [line['step'] for line in logged] == [2, 4]
+  assert set(logged[0]) == {'step', f'fewshot/{name}_1shot', f'fewshot/{name}_3shot'}
+  assert all(0 <= v <= 1 for line in logged for k, v in line.items() if k != 'step')
+  killed = str(tmp_path / 'killed')
+  with crash_at(3), pytest.raises(KeyboardInterrupt):
+    train_lib.train_and_evaluate(config, killed)
+  train_lib.train_and_evaluate(config, killed)  # Resumes at step 2.
+  assert fewshot_lines(killed) == logged
+  events = [f for f in os.listdir(straight) if f.startswith('events.out.tfevents')]
+  assert events and b'fewshot/' in open(os.path.join(straight, events[0]), 'rb').read()
+
+
+def test_fewshot_is_off_by_default():
+  assert config_lib.get_config().fewshot.datasets == ()
+  assert fewshot.make_hook(config_lib.get_config(), None, None) is None
+
+
+def test_shots_drawn_from_the_test_split_are_an_error(image_folder):
+  config = folder_config(image_folder)
+  with pytest.raises(ValueError, match='share 9 images: shots would be drawn from the test'):
+    fewshot.check_splits(config, 'train+test', 'test')
