@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -134,7 +135,7 @@ def test_features_are_the_same_on_1_and_4_devices_and_in_the_split_order(image_f
     represent = fewshot.make_representation_fn(model, mesh)
     got[devices] = fewshot.extract(represent, params, data, mesh)
     got[devices, 'results'] = fewshot.run_dataset(config, image_folder, represent, params,
-                                                  mesh)[0]
+                                                  mesh).results
   images = np.concatenate([b['image'][b['mask'] > 0] for b in data.batches()])
   labels = np.concatenate([b['label'][b['mask'] > 0].argmax(-1) for b in data.batches()])
   direct = model.clone(num_classes=0).apply({'params': params}, images, train=False)
@@ -181,3 +182,120 @@ def test_shots_drawn_from_the_test_split_are_an_error(image_folder):
   config = folder_config(image_folder)
   with pytest.raises(ValueError, match='share 9 images: shots would be drawn from the test'):
     fewshot.check_splits(config, 'train+test', 'test')
+
+
+def call_tool(args, capsys):
+  from vit_jax.tools import cli
+  from vit_jax.tools import fewshot as tool
+  rc = cli.call(tool, ['fewshot', *args])
+  out, err = capsys.readouterr()
+  return rc, out, err
+
+
+TOOL_ARGS = ('--shots=1,3', '--seeds=2', '--holdout=2', '--l2_regs=1,64', '--batch_size=8')
+
+
+def test_tool_on_a_published_npz_prints_a_table_and_json(tmp_path, image_folder, capsys):
+  from npz_fixtures import published_vit, write_npz
+  arrays, _ = published_vit(hidden=12, mlp=16, heads=2, layers=1, patch=8, num_tokens=1 + 4,
+                            num_classes=7, representation_size=6)
+  npz = write_npz(tmp_path / 'vit.npz', arrays)  # 16px: a 2x2 grid of 8px patches.
+  rc, out, err = call_tool([f'--checkpoint={npz}', f'--dataset={image_folder}', *TOOL_ARGS],
+                           capsys)
+  assert rc == 0, err
+  assert 'shots from train (18 images), tested on all 9 of test; 6-d features at 16px' in out
+  assert 'l2 chosen per seed from 2 values on 2 held-out training images per class' in out
+  rows = [line.split() for line in out.splitlines() if line.split()[:1] in (['1'], ['3'])]
+  assert [r[0] for r in rows] == ['1', '3']
+  rc, out, err = call_tool([f'--checkpoint={npz}', f'--dataset={image_folder}', '--json',
+                            '--l2_regs=8', *TOOL_ARGS[:3]], capsys)
+  assert rc == 0, err
+  doc = json.loads(out)
+  assert (doc['feature_dim'], doc['num_train'], doc['num_test']) == (6, 18, 9)
+  assert [r['shots'] for r in doc['results']] == [1, 3]
+  assert all(r['l2_regs'] == [8., 8.] and len(r['accuracies']) == 2 for r in doc['results'])
+
+
+def test_tool_on_a_run_directory_gives_the_number_training_logged(tmp_path, image_folder, capsys):
+  from vit_jax import train
+  config = folder_config(image_folder, total_steps=6, eval_every=0, base_lr=0.05)
+  config.fewshot.update(dict(shots=(3,), seeds=2, holdout=2, l2_regs=(1., 64.)))
+  workdir = str(tmp_path / 'run')
+  train.train_and_evaluate(config, workdir)
+  logged = fewshot_lines(workdir)[-1][f'fewshot/{os.path.basename(image_folder)}_3shot']
+  rc, out, err = call_tool([f'--checkpoint={workdir}', f'--dataset={image_folder}', '--json',
+                            '--shots=3', '--seeds=2', '--holdout=2', '--l2_regs=1,64',
+                            '--batch_size=8'], capsys)
+  assert rc == 0, err
+  doc = json.loads(out)
+  assert doc['image_size'] == 32 and doc['feature_dim'] == 10
+  assert doc['results'][0]['mean'] == pytest.approx(logged)  # The same number as training's.
+  rc, out, err = call_tool([f'--checkpoint={workdir}', f'--dataset={image_folder}', '--json',
+                            '--random_init_seed=0', '--shots=3', '--seeds=2', '--holdout=2',
+                            '--batch_size=8'], capsys)
+  assert rc == 0, err
+  assert json.loads(out)['random_init_seed'] == 0
+
+
+@pytest.mark.parametrize('args,message', [
+    ([], 'Pass --checkpoint=PATH_OR_NAME'),
+    (['--checkpoint=nope.npz', '--dataset=fashion_mnist'], 'Could not find checkpoint'),
+    (['--shots=1,x'], r'--shots=1,x must be a list of positive ints'),
+    (['--l2_regs=0'], r'--l2_regs=0 must be a list of positive floats'),
+    (['--batch_size=6'], 'batch_size=6 is not divisible by 4 devices'),
+    (['--test_split=train', '--train_split=train'], 'shots would be drawn from the test split'),
+])
+def test_tool_bad_input_is_one_line(tmp_path, image_folder, capsys, args, message):
+  from npz_fixtures import published_vit, write_npz
+  arrays, _ = published_vit(hidden=12, mlp=16, heads=2, layers=1, patch=8, num_tokens=1 + 4,
+                            num_classes=7)
+  npz = write_npz(tmp_path / 'vit.npz', arrays)
+  base = [] if not args else [f'--checkpoint={npz}', f'--dataset={image_folder}']
+  rc, out, err = call_tool([*base, *args], capsys)
+  assert rc == 1 and out == ''
+  assert err.count('\n') == 1 and err.startswith('fewshot: error: '), err
+  assert re.search(message, err), err
+
+
+@pytest.mark.parametrize('family', ['augreg', 'mae_pooled', 'siglip', 'deit_distilled'])
+def test_features_are_timms_pre_logits(family, tmp_path):
+  """Class token, GAP + fc_norm, MAP and DeiT's two tokens (averaged): what the heads see."""
+  torch = pytest.importorskip('torch')
+  from test_timm_hub import FAMILIES, save_hub_folder, timm_model
+  from vit_jax.checkpoints import loading
+  net = timm_model(family)
+  loaded = loading.load_model(save_hub_folder(net, tmp_path / 'hub'))
+  size = 2 * FAMILIES[family][2]
+  x = np.random.default_rng(2).uniform(-1, 1, (3, size, size, 3)).astype(np.float32)
+  mean, std = np.asarray(net.pretrained_cfg['mean']), np.asarray(net.pretrained_cfg['std'])
+  x_timm = (((x + 1) / 2 - mean) / std).astype(np.float32).transpose(0, 3, 1, 2)
+  with torch.no_grad():
+    want = net.forward_head(net.forward_features(torch.from_numpy(x_timm)), pre_logits=True)
+  mesh = parallel.make_mesh()
+  represent = fewshot.make_representation_fn(loaded.model, mesh)
+  x_ours = (((x + 1) / 2 - np.asarray(loaded.mean)) / np.asarray(loaded.std)).astype(np.float32)
+  batch = {'image': np.concatenate([x_ours, x_ours[:1]]), 'label': np.zeros(4, np.int32),
+           'mask': np.ones(4, np.float32)}
+  got = parallel.to_host(represent(loaded.params, parallel.put_batch(batch, mesh)))[0][:3]
+  np.testing.assert_allclose(got, want.numpy(), atol=2e-4)
+
+
+@pytest.mark.parametrize('kind', ['vit', 'swin'])
+def test_tool_on_a_timm_hub_folder(kind, tmp_path, image_folder, capsys):
+  torch = pytest.importorskip('torch')
+  timm = pytest.importorskip('timm')
+  from test_timm_hub import save_hub_folder, timm_model
+  if kind == 'vit':
+    net = timm_model('augreg')
+  else:
+    from test_swin import TINY
+    torch.manual_seed(0)
+    net = timm.create_model('swin_tiny_patch4_window7_224', pretrained=False,
+                            **dict(TINY, img_size=32, num_classes=5)).eval()
+  folder = save_hub_folder(net, tmp_path / 'hub')
+  rc, out, err = call_tool([f'--checkpoint={folder}', f'--dataset={image_folder}', '--json',
+                            *TOOL_ARGS], capsys)
+  assert rc == 0, err
+  doc = json.loads(out)
+  assert (doc['image_size'], doc['num_test']) == (32, 9)
+  assert doc['feature_dim'] == net.num_features

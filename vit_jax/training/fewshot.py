@@ -243,9 +243,28 @@ def check_splits(config: ml_collections.ConfigDict, train_split: str, test_split
         'Make them disjoint, e.g. train_split=train[:90%] test_split=train[90%:].')
 
 
+@dataclasses.dataclass(frozen=True)
+class DatasetResult:
+  """Few-shot results on one dataset and what they were measured on.
+
+  Attributes:
+    results: one `ShotResult` per number of shots.
+    num_train: images of the training split (the pool the shots are drawn from).
+    num_test: test images, each counted once.
+    feature_dim: width of the pre-logit features.
+    seconds: wall time of the extraction and the fits.
+  """
+  results: Tuple[ShotResult, ...]
+  num_train: int
+  num_test: int
+  feature_dim: int
+  seconds: float
+
+
 def run_dataset(config: ml_collections.ConfigDict, dataset: str, represent: Callable,
-                params: Any, mesh: Mesh) -> Tuple[List[ShotResult], float]:
-  """Few-shot results of `params` on one dataset per `config.fewshot`, and the seconds taken."""
+                params: Any, mesh: Mesh) -> DatasetResult:
+  """Few-shot results of `params` on one dataset, per `config.fewshot` (splits, shots, seeds,
+  l2_regs, holdout) and the eval input settings of `config` (crop, mean/std, batch_eval)."""
   start = time.time()
   fs = config.fewshot
   data_config = dataset_config(config, dataset)
@@ -257,7 +276,9 @@ def run_dataset(config: ml_collections.ConfigDict, dataset: str, represent: Call
                  mesh)
   results = evaluate_features(train, test, num_classes, fs.shots, fs.seeds, fs.l2_regs,
                               fs.holdout)
-  return results, time.time() - start
+  return DatasetResult(results=tuple(results), num_train=len(train.labels),
+                       num_test=len(test.labels), feature_dim=train.x.shape[1],
+                       seconds=time.time() - start)
 
 
 def make_hook(config: ml_collections.ConfigDict, model: Any, mesh: Mesh,
@@ -271,11 +292,12 @@ def make_hook(config: ml_collections.ConfigDict, model: Any, mesh: Mesh,
   def hook(params, step: int) -> Dict[str, float]:
     scalars = {}
     for dataset in config.fewshot.datasets:
-      results, seconds = run_dataset(config, dataset, represent, params, mesh)
-      for r in results:
+      measured = run_dataset(config, dataset, represent, params, mesh)
+      for r in measured.results:
         scalars[metric_name(dataset, r.shots)] = r.mean
       logging.info('Step %d: few-shot %s: %s (%.1fs)', step, dataset, ', '.join(
-          f'{r.shots}-shot {100 * r.mean:.2f}±{100 * r.std:.2f}%' for r in results), seconds)
+          f'{r.shots}-shot {100 * r.mean:.2f}±{100 * r.std:.2f}%' for r in measured.results),
+          measured.seconds)
     return scalars
 
   return hook
