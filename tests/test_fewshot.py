@@ -173,6 +173,25 @@ def test_training_logs_fewshot_metrics_and_a_resumed_run_logs_the_same(tmp_path,
   assert events and b'fewshot/' in open(os.path.join(straight, events[0]), 'rb').read()
 
 
+def test_tool_on_a_run_directory_gives_the_number_training_logged(tmp_path, image_folder,
+                                                                  capsys):
+  from vit_jax import train
+  workdir = str(tmp_path / 'run')
+  train.train_and_evaluate(folder_config(image_folder, total_steps=2, eval_every=0), workdir)
+  logged = fewshot_lines(workdir)[-1]
+  args = [f'--checkpoint={workdir}', f'--dataset={image_folder}', '--json', *TOOL_ARGS]
+  rc, out, err = call_tool(args, capsys)
+  assert rc == 0, err
+  doc = json.loads(out)
+  assert (doc['image_size'], doc['feature_dim'], doc['random_init_seed']) == (32, 10, None)
+  name = os.path.basename(image_folder)
+  assert [r['mean'] for r in doc['results']] == pytest.approx(
+      [logged[f'fewshot/{name}_1shot'], logged[f'fewshot/{name}_3shot']])
+  rc, out, err = call_tool([*args, '--random_init_seed=0'], capsys)
+  assert rc == 0, err
+  assert json.loads(out)['random_init_seed'] == 0
+
+
 def test_fewshot_is_off_by_default():
   assert config_lib.get_config().fewshot.datasets == ()
   assert fewshot.make_hook(config_lib.get_config(), None, None) is None
@@ -214,27 +233,6 @@ def test_tool_on_a_published_npz_prints_a_table_and_json(tmp_path, image_folder,
   assert (doc['feature_dim'], doc['num_train'], doc['num_test']) == (6, 18, 9)
   assert [r['shots'] for r in doc['results']] == [1, 3]
   assert all(r['l2_regs'] == [8., 8.] and len(r['accuracies']) == 2 for r in doc['results'])
-
-
-def test_tool_on_a_run_directory_gives_the_number_training_logged(tmp_path, image_folder, capsys):
-  from vit_jax import train
-  config = folder_config(image_folder, total_steps=6, eval_every=0, base_lr=0.05)
-  config.fewshot.update(dict(shots=(3,), seeds=2, holdout=2, l2_regs=(1., 64.)))
-  workdir = str(tmp_path / 'run')
-  train.train_and_evaluate(config, workdir)
-  logged = fewshot_lines(workdir)[-1][f'fewshot/{os.path.basename(image_folder)}_3shot']
-  rc, out, err = call_tool([f'--checkpoint={workdir}', f'--dataset={image_folder}', '--json',
-                            '--shots=3', '--seeds=2', '--holdout=2', '--l2_regs=1,64',
-                            '--batch_size=8'], capsys)
-  assert rc == 0, err
-  doc = json.loads(out)
-  assert doc['image_size'] == 32 and doc['feature_dim'] == 10
-  assert doc['results'][0]['mean'] == pytest.approx(logged)  # The same number as training's.
-  rc, out, err = call_tool([f'--checkpoint={workdir}', f'--dataset={image_folder}', '--json',
-                            '--random_init_seed=0', '--shots=3', '--seeds=2', '--holdout=2',
-                            '--batch_size=8'], capsys)
-  assert rc == 0, err
-  assert json.loads(out)['random_init_seed'] == 0
 
 
 @pytest.mark.parametrize('args,message', [
