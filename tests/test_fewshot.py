@@ -297,3 +297,13 @@ def test_tool_on_a_timm_hub_folder(kind, tmp_path, image_folder, capsys):
   doc = json.loads(out)
   assert (doc['image_size'], doc['num_test']) == (32, 9)
   assert doc['feature_dim'] == net.num_features
+
+
+def test_an_unpooled_model_is_a_one_line_error():
+  model = models.get_model('testing-unpooled', num_classes=3)
+  params = model.init(jax.random.key(0), jnp.zeros((1, 32, 32, 3)), train=False)['params']
+  mesh = parallel.make_mesh(jax.devices()[:1])
+  batch = {'image': np.zeros((2, 32, 32, 3), np.float32), 'label': np.zeros(2, np.int32),
+           'mask': np.ones(2, np.float32)}
+  with pytest.raises(ValueError, match=r'gives \(4, 10\) features per image, not one vector'):
+    fewshot.make_representation_fn(model, mesh)(params, parallel.put_batch(batch, mesh))

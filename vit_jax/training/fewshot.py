@@ -186,6 +186,10 @@ def make_representation_fn(model: Any, mesh: Mesh, params_sharding: Any = None) 
 
   def represent(params, batch):
     features = headless.apply({'params': params}, batch['image'], train=False)
+    if features.ndim != 2:  # E.g. classifier='unpooled': a head per token, no one embedding.
+      raise ValueError(f'the model gives {features.shape[1:]} features per image, not one '
+                       'vector (an unpooled classifier?); few-shot evaluation needs a pooled '
+                       'model (classifier token, gap or map).')
     return features.astype(jnp.float32), batch['label'], batch['mask']
 
   replicated = parallel.replicated(mesh)
