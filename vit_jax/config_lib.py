@@ -128,6 +128,18 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval_every = 100  # Evaluate every so many steps (and at the end).
   c.checkpoint_every = 1_000  # Orbax checkpoint every so many steps (and at the end); 0 = end only.
   c.keep_checkpoints = 3  # Checkpoints kept in workdir/checkpoints.
+  # Few-shot linear evaluation of the frozen pre-logits during training (vit_jax/training/
+  # fewshot.py): metrics fewshot/<dataset>_<k>shot, mean test accuracy over the seeds.
+  c.fewshot = ml_collections.ConfigDict()
+  c.fewshot.datasets = ()  # TFDS names or image folders, e.g. ('fashion_mnist',); () = off.
+  c.fewshot.every = 0  # Steps between few-shot evaluations (and at the end); 0 = eval_every.
+  c.fewshot.shots = (1, 5, 10, 25)  # Images per class the linear map is fitted on.
+  c.fewshot.seeds = 3  # Draws of the shots (seeds 0..n-1); reported as mean ± std.
+  c.fewshot.train_split = 'train'  # Split the shots and held-out images are drawn from.
+  c.fewshot.test_split = 'test'  # Split the accuracy is measured on (all of it, never drawn).
+  # L2 regularisers tried; each draw uses the best on its held-out images; one value = fixed.
+  c.fewshot.l2_regs = tuple(2. ** i for i in range(-2, 15, 2))
+  c.fewshot.holdout = 20  # Held-out training images per class (not shots) that choose the l2.
   return c
 
 

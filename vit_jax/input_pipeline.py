@@ -111,6 +111,16 @@ def get_dataset_info(config: Any) -> DatasetInfo:
   return info
 
 
+def num_classes(config: Any) -> int:
+  """Classes of `config.dataset` (its label names), without reading any split."""
+  return len(_open(config).class_names)
+
+
+def split_overlap(config: Any, train: str, test: str) -> int:
+  """Examples of `config.dataset` that split strings `train` and `test` share."""
+  return _open(config).overlap(train, test)
+
+
 def _check_val_disjoint(source: sources.Source, config: Any) -> None:
   """pp.val guides choices made after seeing results: it may share no image with pp.train."""
   if not config.pp.val:

@@ -25,6 +25,7 @@ from vit_jax import input_pipeline
 from vit_jax.checkpoints import resume
 from vit_jax.training import distill
 from vit_jax.training import export
+from vit_jax.training import fewshot
 from vit_jax.training import from_checkpoint
 from vit_jax.training import losses
 from vit_jax.training import parallel
@@ -262,6 +263,8 @@ def _train_loop(trainer: state_lib.Trainer, state: State, start: int,
   teacher = distill.load_teacher(config, trainer.info.num_classes, trainer.mesh)
   train_step = make_train_step(trainer.model, trainer.tx, config, trainer.mesh,
                                state_lib.state_shardings(trainer), teacher)
+  fewshot_eval = fewshot.make_hook(config, trainer.model, trainer.mesh,
+                                   state_lib.state_shardings(trainer)['params'])
   batches = parallel.device_prefetch(input_pipeline.get_train_data(config, start_batch=start),
                             trainer.mesh, config.prefetch)
   stop = stop_lib.StopSignal()
@@ -286,6 +289,8 @@ def _train_loop(trainer: state_lib.Trainer, state: State, start: int,
       # After SIGTERM the grace period goes to the checkpoint, not to an eval due at this step.
       if _is_due(step, config.eval_every, total) and not stopping:
         result = run_eval(trainer, eval_step, state, eval_data, progress, step)
+      if fewshot_eval and fewshot.is_due(step, config, total) and not stopping:
+        progress.write(step, fewshot_eval(export.final_params(state), step))
       if save_due:
         resume.save_checkpoint(manager, step, state)
       if stopping:

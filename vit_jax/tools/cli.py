@@ -1,4 +1,4 @@
-"""The shared shell of the command-line tools (predict, analyze, flops, export_timm).
+"""The shared shell of the command-line tools (predict, analyze, flops, export_timm, fewshot).
 
 Each tool is an absl program: flags at module level, `main(argv)` on the positional arguments,
 run by `run` (absl's `app.run`). The flags several tools share are defined here, once: absl's
@@ -27,8 +27,9 @@ CHECKPOINT, MODEL, OUT = (flags.DEFINE_string(name, None, text) for name, text i
     ('checkpoint', _CHECKPOINT_HELP), ('model', _MODEL_HELP), ('out', 'Output folder.')))
 IMAGE_SIZE, BATCH_SIZE = (flags.DEFINE_integer(name, None, text) for name, text in (
     ('image_size', 'Square input side in pixels.'), ('batch_size', 'Images per forward pass.')))
+JSON = flags.DEFINE_bool('json', False, 'Print one JSON document instead of text.')
 _SHARED = {f.name: (f.default, FLAGS[f.name].help)
-           for f in (CHECKPOINT, MODEL, IMAGE_SIZE, BATCH_SIZE, OUT)}
+           for f in (CHECKPOINT, MODEL, IMAGE_SIZE, BATCH_SIZE, OUT, JSON)}
 
 
 def run(tool: types.ModuleType) -> None:

@@ -38,8 +38,7 @@ _TOP_K = flags.DEFINE_integer('top_k', 5, 'Labels to print per image.')
 _LABELS = flags.DEFINE_string(
     'labels', None, f'One of {", ".join(LABEL_SETS)} or a text file with one label a line; '
     'default: the shipped set with as many classes as the head.')
-_JSON = flags.DEFINE_bool('json', False, 'Print one JSON document instead of text.')
-for _name in ('checkpoint', 'model', 'image_size', 'batch_size'):  # Defined in cli.py.
+for _name in ('checkpoint', 'model', 'image_size', 'batch_size', 'json'):  # Defined in cli.py.
   flags.declare_key_flag(_name)
 FLAG_DEFAULTS = {'batch_size': 16}
 FLAG_HELP = {'image_size': 'Square input side; default: the resolution the checkpoint was '
@@ -130,7 +129,7 @@ def main(argv: Sequence[str]) -> None:
   labels = load_labels(labels_flag, loaded.num_classes, loaded.class_names)
   results = predict(loaded, paths, k=_TOP_K.value, labels=labels,
                     batch_size=min(batch_size, len(paths)))
-  if _JSON.value:
+  if cli.JSON.value:
     json.dump({'checkpoint': checkpoint, 'image_size': loaded.image_size,
                'head_is_zero': loaded.head_is_zero, 'results': list(results)}, sys.stdout,
               indent=1)
