@@ -553,3 +553,11 @@ def test_plots_give_each_row_its_style_and_keep_the_legend_off_the_data(tmp_path
   assert 'a, 1' in labels and 'a, 5' in labels  # Compute plots tell the fractions apart.
   markers = {h.get_paths()[0].vertices.tobytes() for h in ax.collections[:2]}
   assert len(markers) == 2
+
+
+def test_round3_probes_give_the_strong_recipe_longer_and_evaluate_along_the_way():
+  grid = grid_lib.load_grid(f'{ROUND3_GRID}:probe_steps=1:300+5:400+10:500,strong_probe_x=3')
+  steps = {r.name: int(re.search(r'steps=(\d+)', r.command)[1]) for r in grid.runs}
+  assert (steps['r3_vit_plain_p1_probe'], steps['r3_swin_strong_p1_probe'],
+          steps['r3_vit_plain_p10_probe']) == (300, 900, 500)
+  assert all('evals=10' in r.command for r in grid.runs)

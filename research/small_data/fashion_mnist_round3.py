@@ -7,9 +7,10 @@ position embeddings, and a verdict per claim (docs/small_data_study.md, Round 3)
 Every arm (model, recipe, data fraction) is chosen on validation, in three stages the runner
 reaches one after another (`Grid.resolve`: each stage's runs appear once the records they
 depend on are finished):
-1. probe: seed 0 at the recipe's learning rate and weight decay for `probe_steps`, evaluated
-   `evals` times; the budget is the first evaluation after which validation accuracy rises by
-   less than half a point (`select.budget_from_curve`);
+1. probe: seed 0 at the recipe's learning rate and weight decay for `probe_steps` (the strong
+   recipe `strong_probe_x` times as many), evaluated `evals` times; the budget is the first
+   evaluation after which validation accuracy rises by less than half a point
+   (`select.budget_from_curve`);
 2. sweep: seed 0 at that budget for each learning rate x weight decay of `lrs` x `wds`; the
    pair with the best validation accuracy is chosen (`select.choose`), and its run is the
    arm's seed-0 cell;
@@ -37,8 +38,12 @@ POSEMBS = ('none', 'learn_2d', 'sincos2d', 'relative')  # Beside the plain ViT a
 POSEMB_PCTS = (1, 5)
 TENX = (('vit', 'strong', 1), ('vit', 'plain', 10))  # The "10x data" test's two arms.
 TENX_COL = '1% vs 10%'
+# Probes: round 2's plain ViT plateaued on validation by ~1,000 steps at 1% and ~2,000 at 5%,
+# while RandAugment + Mixup was still rising at 4,000 (1%): the strong recipe's probes run
+# `strong_probe_x` times longer.
 OPTIONS = dict(seeds='3', lrs='5e-4+1.5e-3+4e-3', wds='0.05+0.3',
-               probe_steps='1:4000+5:4000+10:6000', evals='8', tolerance='0.005')
+               probe_steps='1:3000+5:4000+10:5000', strong_probe_x='2', evals='10',
+               tolerance='0.005')
 
 Arm = Tuple[str, str, int]  # (model, recipe, pct)
 
@@ -65,7 +70,8 @@ def parse(arg: str) -> Tuple[Dict[str, str], bool]:
   parts, runlocal = config_lib.parse_arg(arg)
   opts = dict(OPTIONS)
   if runlocal:
-    opts.update(seeds='2', lrs='1.5e-3', wds='0.05', probe_steps='40:4', evals='2')
+    opts.update(seeds='2', lrs='1.5e-3', wds='0.05', probe_steps='40:4', evals='2',
+                strong_probe_x='1')
   for part in parts:
     key, sep, value = part.partition('=')
     if not sep or key not in OPTIONS:
@@ -115,6 +121,7 @@ class Choice:
 
 def probe_run(arm: Arm, base: Dict, opts: Mapping[str, str]) -> grid_lib.Run:
   steps = round2.parse_steps(opts['probe_steps'], (arm[2],))[arm[2]]
+  steps *= int(opts['strong_probe_x']) if arm[1] == 'strong' else 1
   return round2.run(f'{arm_name(arm)}_probe',
                     dict(arm='probe', model=LABELS[arm[0]], recipe=arm[1], pct=arm[2]), base,
                     **_values(arm, 0, steps, evals=opts['evals']))
