@@ -16,6 +16,7 @@ from research.small_data import grid as grid_lib
 from research.small_data import records
 from research.small_data import report
 from research.small_data import runner
+from research.small_data import select
 from test_fashion_mnist import write_idx_gz
 from vit_jax.data import fashion_mnist
 from vit_jax.tools import flops
@@ -405,3 +406,158 @@ def test_the_study_page_is_the_report_of_the_committed_results(tmp_path):
   assert not typed, f'the page quotes {typed}, which its generated tables do not hold'
   assert all(r.get('finished') for r in by_name.values())  # Only finished runs are committed.
   assert set(by_name) <= {r.name for r in grid.runs}  # No record of a run the grid lost.
+
+
+ROUND3_GRID = os.path.join(ROOT, 'research', 'small_data', 'fashion_mnist_round3.py')
+
+
+def test_the_budget_is_where_validation_stops_rising():
+  curve = [[500, .60], [1000, .70], [1500, .74], [2000, .743], [2500, .741], [3000, .745]]
+  assert select.budget_from_curve(curve) == 1500  # Later gains stay within half a point.
+  assert select.budget_from_curve(curve, tolerance=0.001) == 3000
+  assert select.budget_from_curve([[1000, .8], [500, .5]]) == 1000  # Any order.
+  with pytest.raises(ValueError, match='no validation curve'):
+    select.budget_from_curve([])
+  assert select.probe_budget({'finished': False, 'val_curve': curve}) is None
+
+
+def test_the_choice_waits_for_the_whole_sweep_and_takes_the_best_validation():
+  sweep = {('1e-3', '0.05'): 'a', ('1e-3', '0.3'): 'b', ('4e-3', '0.05'): 'c'}
+  done = lambda val, test=.5: dict(finished=True, accuracy_val=val, accuracy_test=test)  # noqa: E731
+  records_ = {'a': done(.70, test=.99), 'b': done(.75), 'c': dict(finished=False)}
+  assert select.choose(sweep, records_) is None  # 'c' still runs.
+  records_['c'] = done(.75)
+  assert select.choose(sweep, records_) == ('1e-3', '0.3')  # Best val (test never read); ties:
+  records_['b'] = done(.60)  # the first in order.
+  assert select.choose(sweep, records_) == ('4e-3', '0.05')
+
+
+def test_t_interval_and_the_verdict_words():
+  mean, low, high = report.t_interval([1., 2., 3.])
+  assert mean == 2. and high - mean == pytest.approx(4.3027 / np.sqrt(3), rel=1e-4)
+  assert report.t_interval([5.]) is None
+  assert report.verdict([1., 2., 3.]) == 'undecided'  # [-0.48, +4.48] holds 0.
+  assert report.verdict([3., 4., 5.]) == 'supported'
+  assert report.verdict([-3., -4., -5.]) == 'not supported'
+  assert report.verdict([9.]) == 'undecided'  # One slice: no verdict.
+  assert report.verdict([.1, -.1, .2], kind='within') == 'supported'
+  assert report.verdict([3., 4., 5.], kind='within') == 'not supported'
+  assert report.verdict([0., 1., 2.], kind='within') == 'undecided'
+
+
+def _finish(grid, records_, val):
+  for run in grid.runs:
+    records_.setdefault(run.name, dict(
+        name=run.name, command=run.command, finished=True, accuracy_val=val(run),
+        accuracy_test=val(run) - .01, accuracy_train=1., wall_s=60., steps=100,
+        images_seen=12_800, forward_flops=1e7, train_flops=4e11,
+        val_curve=[[250, .5], [500, .7], [750, .702], [1000, .703]]))
+
+
+def test_round3_stages_appear_as_their_records_come_and_every_claim_gets_its_runs():
+  grid = grid_lib.load_grid(ROUND3_GRID)
+  assert len(grid.runs) == 10 and all(r.name.endswith('_probe') for r in grid.runs)
+  records_ = {}
+  _finish(grid, records_, lambda run: .7)
+  grid = grid.resolve(records_)  # Probes done: the sweeps at the budget the curve gives.
+  sweeps = [r for r in grid.runs if r.tags.get('arm') == 'sweep']
+  assert len(sweeps) == 10 * 3 * 2 and all('steps=500,' in r.command for r in sweeps)
+  assert not any(r.tags['chosen'] for r in sweeps)
+  # The sweep's best validation run wins, whatever its test accuracy.
+  best = lambda run: .8 if (run.tags.get('lr'), run.tags.get('wd')) == ('4e-3', '0.3') else .7  # noqa: E731
+  _finish(grid, records_, best)
+  grid = grid_lib.fully_resolved(grid, records_)
+  chosen = [r for r in grid.runs if r.tags.get('chosen')]
+  assert all('lr=4e-3,wd=0.3' in r.command for r in chosen)
+  names = {r.name for r in grid.runs}
+  assert {'r3_swin_plain_p1_s2', 'r3_vit_strong_p1_s1', 'r3_vit_pe-relative_p5_s2',
+          'r3_vit_pe-none_p1_s0'} <= names and len(grid.runs) == 114
+  _finish(grid, records_, lambda run: .75)
+  tables = {t.name: t for t in grid.tables}
+  for claim in grid.claims:  # Every claim's terms name rows that have runs on three slices.
+    assert len(report.claim_effects(claim, tables[claim.table], grid.runs, records_)) == 3, (
+        claim.text)
+
+
+def test_round3_arms_see_the_same_input_and_swin_the_vits_regularisation():
+  grid = grid_lib.load_grid(ROUND3_GRID)
+  configs = {r.name: STUDY_CONFIG.get_config(re.search(r'--config=\S+?:(\S+)', r.command)[1])
+             for r in grid.runs}
+  assert {c.pp.crop for c in configs.values()} == {28}  # Round 2's hybrid read 32px.
+  depth = {n: c.model.get('stochastic_depth') for n, c in configs.items()}
+  assert depth['r3_swin_plain_p1_probe'] == depth['r3_vit_plain_p1_probe'] == 0.
+  assert depth['r3_swin_strong_p1_probe'] == depth['r3_vit_strong_p1_probe'] == 0.1
+  strong = configs['r3_resnet_strong_p1_probe']
+  assert (strong.mixup, strong.pp.randaug.num_layers, strong.pp.train_aug) == (.2, 2, 'pad_flip')
+  lr = STUDY_CONFIG.get_config('model=resnet,pct=1,lr=4e-3,wd=0.3')
+  assert (lr.base_lr, lr.weight_decay) == (4e-3, .3)
+  with pytest.raises(ValueError, match='no effect on the ResNet'):
+    STUDY_CONFIG.get_config('model=resnet,pct=1,sd=0.1')
+  with pytest.raises(ValueError, match=r'Bad lrs=1e-3\+fast'):
+    grid_lib.load_grid(f'{ROUND3_GRID}:lrs=1e-3+fast')
+
+
+def test_the_runner_resolves_a_grid_until_it_adds_no_run(tmp_path, fake_trainer, monkeypatch):
+  monkeypatch.setattr(records, 'forward_flops', lambda meta: (1e6, 'test'))
+  first = grid_lib.Run('a', f'python {fake_trainer} 0.5 1')
+
+  def resolve(records_):
+    runs = [first]
+    if records_.get('a', {}).get('finished'):  # 'b' depends on a's recorded result.
+      runs.append(grid_lib.Run('b', f'python {fake_trainer} {records_["a"]["accuracy_test"]} 1'))
+    return grid_lib.Grid(runs=runs, resolve=resolve)
+
+  results = tmp_path / 'results.jsonl'
+  out = tmp_path / 'out'
+  assert runner.run_grid(resolve({}), str(out), log=lambda _: None, results=str(results)) == []
+  assert records.read_results(str(results))['b']['accuracy_test'] == 0.5
+  assert (calls(out, 'a'), calls(out, 'b')) == (1, 1)
+
+
+def test_a_record_keeps_the_validation_curve(tmp_path, monkeypatch):
+  monkeypatch.setattr(records, 'forward_flops', lambda meta: (1e6, 'test'))
+  out = tmp_path / 'out'
+  fake_run_dir(out, 'probe', .8)
+  (out / 'probe' / 'metrics.jsonl').write_text(
+      '{"step": 50, "accuracy_val": 0.5, "loss": 1}\n{"step": 100, "accuracy_val": 0.6}\n'
+      '{"step": 100, "accuracy_val": 0.65}\n')  # A resumed run redid step 100.
+  record = records.run_record(grid_lib.Run('probe', 'python x'), str(out))
+  assert record['val_curve'] == [[50, .5], [100, .65]]
+
+
+def _captured_figure(monkeypatch, plot, *args):
+  """Runs `plot(*args)` and returns the figure it closed (its PNG saved)."""
+  plt = report._pyplot()
+  closed = []
+  monkeypatch.setattr(plt, 'close', closed.append)
+  plot(*args)
+  return closed[0]
+
+
+def test_plots_give_each_row_its_style_and_keep_the_legend_off_the_data(tmp_path, monkeypatch):
+  styles = [report.row_style(i) for i in range(12)]  # Round 2's remedies plot had 12 rows.
+  assert len({(tuple(s['color']), s['marker']) for s in styles}) == 12
+  assert len({tuple(s['color']) for s in styles}) == 12
+  table = grid_lib.Table('t', 'T', row='model', col='pct')
+  runs = [grid_lib.Run(f'{m}{p}', 'x', dict(model=m, pct=p)) for m in 'abcdefghijkl'
+          for p in (1, 5)]
+  records_ = {r.name: dict(accuracy_test=.5 + .01 * i, train_flops=1e12 * (1 + i))
+              for i, r in enumerate(runs)}
+  for plot in (report.plot_table, report.plot_compute):
+    fig = _captured_figure(monkeypatch, plot, table, runs, records_, str(tmp_path / 'p.png'))
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    legend = ax.get_legend().get_window_extent()
+    assert legend.x0 >= ax.get_window_extent().x1  # Right of the axes: never over the data.
+  labels = [t.get_text() for t in ax.get_legend().get_texts()]
+  assert 'a, 1' in labels and 'a, 5' in labels  # Compute plots tell the fractions apart.
+  markers = {h.get_paths()[0].vertices.tobytes() for h in ax.collections[:2]}
+  assert len(markers) == 2
+
+
+def test_round3_probes_give_the_strong_recipe_longer_and_evaluate_along_the_way():
+  grid = grid_lib.load_grid(f'{ROUND3_GRID}:probe_steps=1:300+5:400+10:500,strong_probe_x=3')
+  steps = {r.name: int(re.search(r'steps=(\d+)', r.command)[1]) for r in grid.runs}
+  assert (steps['r3_vit_plain_p1_probe'], steps['r3_swin_strong_p1_probe'],
+          steps['r3_vit_plain_p10_probe']) == (300, 900, 500)
+  assert all('evals=10' in r.command for r in grid.runs)

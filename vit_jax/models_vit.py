@@ -54,7 +54,9 @@ class Encoder1DBlock(nn.Module):
 
   `drop_path_rate` > 0 adds stochastic depth: each residual branch is dropped per example.
   `layer_scale` > 0 multiplies each branch by a learned per-channel `ls1`/`ls2` initialised to it
-  (CaiT/DeiT-III/DINOv2; timm's `ls1.gamma`).
+  (CaiT/DeiT-III/DINOv2; timm's `ls1.gamma`). `relative_grid` (rows, cols) of the patch grid
+  gives the attention the paper's relative position bias (`RelativePositionKeys`, its own
+  `relative_posemb` table); None for none.
   """
 
   mlp_dim: int
@@ -68,6 +70,7 @@ class Encoder1DBlock(nn.Module):
   activation: str = 'gelu_tanh'
   layer_norm_eps: float = 1e-6
   layer_scale: float = 0.
+  relative_grid: Optional[Tuple[int, int]] = None
 
   @nn.compact
   def __call__(self, inputs: Array, deterministic: bool) -> Array:
@@ -83,7 +86,7 @@ class Encoder1DBlock(nn.Module):
         kernel_init=nn.initializers.xavier_uniform(),
         broadcast_dropout=False,
         dropout_rate=self.attention_dropout_rate,
-        attention_fn=ops.ATTENTION_FNS[self.attention_impl],
+        attention_fn=self._attention_fn(x),
     )(x, x, deterministic=deterministic, sow_weights=sow)
     x = nn.Dropout(rate=self.dropout_rate)(x, deterministic=deterministic)
     x = inputs + drop_path(self._scale('ls1', x), deterministic=deterministic)
@@ -94,6 +97,15 @@ class Encoder1DBlock(nn.Module):
                  dropout_rate=self.dropout_rate, activation=self.activation)(
                      y, deterministic=deterministic)
     return x + drop_path(self._scale('ls2', y), deterministic=deterministic)
+
+  def _attention_fn(self, x: Array):
+    attention_fn = ops.ATTENTION_FNS[self.attention_impl]
+    if self.relative_grid is None:
+      return attention_fn
+    keys, index = position_embeddings.RelativePositionKeys(
+        grid_shape=self.relative_grid, num_heads=self.num_heads, param_dtype=self.param_dtype,
+        name='relative_posemb')(x.shape[1], x.shape[-1] // self.num_heads)
+    return position_embeddings.relative_attention(attention_fn, keys, index)
 
   def _scale(self, name: str, x: Array) -> Array:
     if not self.layer_scale:
@@ -172,6 +184,7 @@ class Encoder(nn.Module):
     x = self._add_position_embedding(x, grid_shape)
     if prefix is not None and self.no_embed_class:
       x = jnp.concatenate([prefix, x], axis=1)
+    relative_grid = self._relative_grid(grid_shape)
     x = nn.Dropout(rate=self.dropout_rate)(x, deterministic=not train)
     if self.norm_pre:
       x = nn.LayerNorm(epsilon=self.layer_norm_eps, param_dtype=self.param_dtype,
@@ -188,7 +201,8 @@ class Encoder(nn.Module):
                              attention_dropout_rate=self.attention_dropout_rate,
                              drop_path_rate=rate, attention_impl=self.attention_impl,
                              activation=self.activation, layer_norm_eps=self.layer_norm_eps,
-                             layer_scale=self.layer_scale, name=f'encoderblock_{i}')
+                             layer_scale=self.layer_scale, relative_grid=relative_grid,
+                             name=f'encoderblock_{i}')
       x = self._remat_block(block, x, not train) if remat else block(x, not train)
     if not self.final_norm:
       return x
@@ -207,6 +221,15 @@ class Encoder(nn.Module):
       return definition.apply({'params': params}, inputs, deterministic, rngs=rngs)
 
     return ops.rematerialized(apply)(block.variables['params'], x, rng)
+
+  def _relative_grid(self, grid_shape: Optional[Tuple[int, int]]
+                     ) -> Optional[Tuple[int, int]]:
+    """The patch grid each block's relative position bias spans; None without one."""
+    if not (self.add_position_embedding and self.posemb == 'relative'):
+      return None
+    if grid_shape is None:
+      raise ValueError("posemb='relative' needs the token grid_shape")
+    return tuple(grid_shape)
 
   def _add_position_embedding(self, x: Array, grid_shape: Optional[Tuple[int, int]]) -> Array:
     if not self.add_position_embedding:
@@ -228,7 +251,9 @@ class VisionTransformer(nn.Module):
     classifier: 'token', 'gap', 'unpooled', 'token_unpooled', 'token_gap' (class token, mean
       of the other tokens: MAE) or 'map' (attention pooling: SigLIP).
     head_bias_init: constant for the head bias (-10 for sigmoid pretraining as in big_vision).
-    posemb: 'learn' (official), 'learn_2d', 'sincos2d' or 'none'.
+    posemb: 'learn' (official), 'learn_2d', 'sincos2d', 'relative' (the paper's Appendix D.4:
+      a learned key per 2-D patch offset in every block, its query logits a bias on the
+      attention; `position_embeddings.RelativePositionKeys`) or 'none'.
     stochastic_depth: maximal drop-path rate (last block); 0 disables it.
     dtype: compute dtype (e.g. jnp.bfloat16); params stay in `param_dtype`.
     remat: rematerialise each encoder block in the backward pass (saves activation memory).

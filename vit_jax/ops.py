@@ -19,61 +19,68 @@ Array = jnp.ndarray
 Dtype = Any
 
 
-def _attention_fn(core: Callable[[Array, Array, Array], Array]) -> Callable[..., Array]:
-  """Wraps `core(q, k, v)` as an `attention_fn` for `nn.MultiHeadDotProductAttention`.
+def _attention_fn(core: Callable[[Array, Array, Array, Optional[Array]], Array]
+                  ) -> Callable[..., Array]:
+  """Wraps `core(q, k, v, bias)` as an `attention_fn` for `nn.MultiHeadDotProductAttention`.
 
-  Same inputs/outputs as Flax's default (so the param layout is unchanged). Attention dropout,
-  masks, bias and weight sowing (`module`) fall back to Flax's default path.
+  Same inputs/outputs as Flax's default (so the param layout is unchanged). A (batch, heads,
+  q, k) `bias` (relative position logits) goes to the core; attention dropout, masks and
+  weight sowing (`module`) fall back to Flax's default path.
   """
 
   def attention_fn(query: Array, key: Array, value: Array, *, dropout_rate: float = 0.,
                    deterministic: bool = True, dtype: Optional[Dtype] = None,
                    **kwargs) -> Array:
     if (dropout_rate > 0. and not deterministic) or kwargs.get('mask') is not None or (
-        kwargs.get('bias') is not None) or 'module' in kwargs:
+        'module' in kwargs):
       return nn.dot_product_attention(query, key, value, dropout_rate=dropout_rate,
                                       deterministic=deterministic, dtype=dtype, **kwargs)
+    bias = kwargs.get('bias')
     if dtype is not None:
       query, key, value = (t.astype(dtype) for t in (query, key, value))
-    return core(query, key, value)
+    return core(query, key, value, None if bias is None else bias.astype(query.dtype))
 
   attention_fn.__doc__ = core.__doc__
   return attention_fn
 
 
-def _heads_first_core(query: Array, key: Array, value: Array) -> Array:
+def _heads_first_core(query: Array, key: Array, value: Array,
+                      bias: Optional[Array] = None) -> Array:
   """Faster on CPU: heads-major matmuls, normalisation after the weighted sum.
 
   Same maths as Flax's default, reordered for XLA:CPU: q, k, v go to (batch, heads, tokens,
   dim) so both products are plain batched matmuls (Flax's 'bqhd,bkhd->bhqk' einsums ran at
   14 GFLOP/s for ViT-Ti/16 at batch 32, this at ~45), and the softmax denominator divides the
   (tokens, dim) output instead of the (tokens, tokens) weights. fp32 outputs match the default
-  to ~4e-7 relative.
+  to ~4e-7 relative. A (batch, heads, q, k) `bias` is added to the scores.
   """
   query = query / jnp.sqrt(query.shape[-1]).astype(query.dtype)
   query, key, value = (jnp.swapaxes(t, -3, -2) for t in (query, key, value))
   scores = jnp.matmul(query, jnp.swapaxes(key, -1, -2))
+  if bias is not None:
+    scores = scores + bias
   weights = jnp.exp(scores - jax.lax.stop_gradient(scores.max(axis=-1, keepdims=True)))
   out = jnp.matmul(weights, value) / weights.sum(axis=-1, keepdims=True)
   return jnp.swapaxes(out, -3, -2)
 
 
-def _fused_core(query: Array, key: Array, value: Array) -> Array:
+def _fused_core(query: Array, key: Array, value: Array, bias: Optional[Array] = None) -> Array:
   """`jax.nn.dot_product_attention`: cuDNN flash attention on NVIDIA GPUs for bf16/fp16 inputs.
 
   Its default (`implementation=None`) is XLA's einsum path on every backend, so the cuDNN
   kernel is asked for explicitly where it applies; shapes or dtypes it rejects (fp32, head
-  dims it lacks, ROCm) fall back to the XLA path, which is the same maths.
+  dims it lacks, ROCm) fall back to the XLA path, which is the same maths. A (batch, heads,
+  q, k) `bias` is added to the logits on both paths.
   """
   if jax.default_backend() == 'gpu' and query.dtype in (jnp.bfloat16, jnp.float16):
     try:
-      return _cudnn_attention(query, key, value)
+      return _cudnn_attention(query, key, value, bias)
     except (ValueError, NotImplementedError, RuntimeError):
       pass
-  return jax.nn.dot_product_attention(query, key, value, implementation='xla')
+  return jax.nn.dot_product_attention(query, key, value, bias=bias, implementation='xla')
 
 
-def _cudnn_attention(query: Array, key: Array, value: Array) -> Array:
+def _cudnn_attention(query: Array, key: Array, value: Array, bias: Optional[Array]) -> Array:
   """cuDNN attention; an odd token count (ViT's 197) is padded by one masked token.
 
   cuDNN's training kernels reject odd sequence lengths; the padded key is masked out through
@@ -81,11 +88,13 @@ def _cudnn_attention(query: Array, key: Array, value: Array) -> Array:
   """
   tokens = query.shape[1]
   if tokens % 2 == 0:
-    return jax.nn.dot_product_attention(query, key, value, implementation='cudnn')
+    return jax.nn.dot_product_attention(query, key, value, bias=bias, implementation='cudnn')
   pad = lambda t: jnp.pad(t, ((0, 0), (0, 1), (0, 0), (0, 0)))  # noqa: E731
+  if bias is not None:
+    bias = jnp.pad(bias, ((0, 0), (0, 0), (0, 1), (0, 1)))
   lengths = jnp.full((query.shape[0],), tokens, jnp.int32)
-  out = jax.nn.dot_product_attention(pad(query), pad(key), pad(value), implementation='cudnn',
-                                     key_value_seq_lengths=lengths)
+  out = jax.nn.dot_product_attention(pad(query), pad(key), pad(value), bias=bias,
+                                     implementation='cudnn', key_value_seq_lengths=lengths)
   return out[:, :tokens]
 
 

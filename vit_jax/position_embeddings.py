@@ -1,11 +1,15 @@
 """Position embeddings of the ViT encoder: the official learned 1-D table and the variants.
 
 `posemb` picks one (`POSEMB_KINDS`): 'learn' (official `AddPositionEmbs`), 'learn_2d' (the
-paper's row + column ablation), 'sincos2d' (fixed, no parameters: MoCo v3, big_vision) or
-'none'. Every learned table is a module named `posembed_input`, so the param tree is the
+paper's row + column ablation), 'sincos2d' (fixed, no parameters: MoCo v3, big_vision),
+'relative' (the paper's Appendix D.4: no table added to the tokens; each encoder block's
+attention gets a bias from learned per-offset embeddings, `RelativePositionKeys`) or 'none'.
+Every learned absolute table is a module named `posembed_input`, so the param tree is the
 official one; `checkpoint.resize_posemb` fits a 1-D table to another grid.
 """
 
+import functools
+import math
 from typing import Any, Callable, Optional, Tuple
 
 import flax.linen as nn
@@ -15,7 +19,10 @@ import numpy as np
 Array = jnp.ndarray
 Dtype = Any
 
-POSEMB_KINDS = ('learn', 'learn_2d', 'sincos2d', 'none')
+POSEMB_KINDS = ('learn', 'learn_2d', 'sincos2d', 'relative', 'none')
+# Rows of `rel_embedding_prefix`: prefix query → patch key, patch query → prefix key, and
+# prefix → prefix (as BEiT's three extra relative-position entries).
+RELATIVE_PREFIX_ROWS = 3
 
 
 def posemb_sincos_2d(grid_shape: Tuple[int, int], width: int,
@@ -85,7 +92,7 @@ def add(x: Array, posemb: str, grid_shape: Optional[Tuple[int, int]],
   Called inside a compact `__call__` (the Encoder's), so the learned tables become its
   `posembed_input` submodule.
   """
-  if posemb == 'none':
+  if posemb in ('none', 'relative'):  # 'relative' acts inside attention (RelativePositionKeys).
     return x
   if posemb == 'learn':
     return AddPositionEmbs(param_dtype=param_dtype, name='posembed_input')(x)
@@ -98,3 +105,97 @@ def add(x: Array, posemb: str, grid_shape: Optional[Tuple[int, int]],
   num_prefix = x.shape[1] - table.shape[1]
   table = np.concatenate([np.zeros((1, num_prefix, x.shape[-1]), np.float32), table], axis=1)
   return x + jnp.asarray(table, x.dtype)
+
+
+def relative_offset_index(grid_shape: Tuple[int, int], num_prefix: int) -> np.ndarray:
+  """(tokens, tokens) row of each (query, key) pair in the flattened relative table.
+
+  Grid tokens are row-major after `num_prefix` prefix tokens. A grid pair's row is its offset
+  (dy, dx) = query - key, dy in [-(gh-1), gh-1] and dx in [-(gw-1), gw-1], at
+  (dy + gh - 1) * (2gw - 1) + dx + gw - 1; pairs with a prefix token take the
+  `RELATIVE_PREFIX_ROWS` rows after the (2gh-1)(2gw-1) offsets.
+  """
+  gh, gw = grid_shape
+  y, x = (a.reshape(-1) for a in np.mgrid[:gh, :gw])
+  dy, dx = y[:, None] - y[None], x[:, None] - x[None]
+  grid_index = (dy + gh - 1) * (2 * gw - 1) + dx + gw - 1
+  offsets = (2 * gh - 1) * (2 * gw - 1)
+  tokens = num_prefix + gh * gw
+  index = np.full((tokens, tokens), offsets + 2, np.int32)  # Prefix → prefix.
+  index[:num_prefix, num_prefix:] = offsets  # A prefix query attending to the grid.
+  index[num_prefix:, :num_prefix] = offsets + 1  # A grid query attending to a prefix token.
+  index[num_prefix:, num_prefix:] = grid_index
+  return index
+
+
+class RelativePositionKeys(nn.Module):
+  """The paper's relative position embeddings (Appendix D.4): one learned key per offset.
+
+  The paper: "for every given pair (one as query, and the other as key/value in the attention
+  mechanism), we have an offset p_q - p_k, where each offset is associated with an embedding.
+  Then, we simply run extra attention, where we use the original query (the content of query),
+  but use relative positional embeddings as keys. We then use the logits from the relative
+  attention as a bias term and add it to the logits of the main attention". So the bias of a
+  pair is query · embedding(offset) per head (scaled by 1/sqrt(head_dim) as the content
+  logits are), not a learned scalar per offset. The paper calls its variant 1-dimensional;
+  offsets here are 2-D (dy, dx) of the patch grid, which a flattened 1-D offset conflates
+  (dx = gw - 1 and (dy, dx) = (1, -1) are both gw - 1 apart in the sequence).
+
+  `rel_embedding` is (2gh - 1, 2gw - 1, heads, head_dim): a hidden-wide key per offset split
+  into heads as the content keys are. With prefix tokens (the class token, which has no grid
+  position), `rel_embedding_prefix` (3, heads, head_dim) holds one key for prefix → grid,
+  one for grid → prefix and one for prefix → prefix pairs. Each encoder block has its own
+  (the paper does not say; Shaw et al. learn one per layer), and no table is added to tokens.
+  """
+
+  grid_shape: Tuple[int, int]
+  num_heads: int
+  posemb_init: Callable[..., Array] = nn.initializers.normal(stddev=0.02)
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, num_tokens: int, head_dim: int) -> Tuple[Array, np.ndarray]:
+    """(keys (rows, heads, head_dim), index (tokens, tokens)) for `relative_attention`."""
+    gh, gw = self.grid_shape
+    num_prefix = num_tokens - gh * gw
+    if num_prefix < 0:
+      raise ValueError(f'posemb=relative: {num_tokens} tokens cannot hold a {gh}x{gw} grid')
+    table = self.param('rel_embedding', self.posemb_init,
+                       (2 * gh - 1, 2 * gw - 1, self.num_heads, head_dim), self.param_dtype)
+    keys = table.reshape(-1, self.num_heads, head_dim)
+    if num_prefix:
+      prefix = self.param('rel_embedding_prefix', self.posemb_init,
+                          (RELATIVE_PREFIX_ROWS, self.num_heads, head_dim), self.param_dtype)
+      keys = jnp.concatenate([keys, prefix], axis=0)
+    return keys, relative_offset_index(self.grid_shape, num_prefix)
+
+
+def relative_logits(query: Array, keys: Array, index: np.ndarray) -> Array:
+  """(batch, heads, q, k) bias: query · keys[index[q, k]] / sqrt(head_dim).
+
+  The query meets every offset's key once (batch × heads × q × rows products) and the pairs
+  gather their offset's logit, so no (q, k, head_dim) tensor is built.
+  """
+  scale = 1. / math.sqrt(query.shape[-1])
+  per_row = jnp.einsum('bqhd,rhd->bhqr', query * jnp.asarray(scale, query.dtype),
+                       keys.astype(query.dtype))
+  index = jnp.broadcast_to(jnp.asarray(index)[None, None], per_row.shape[:3] + index.shape[-1:])
+  return jnp.take_along_axis(per_row, index, axis=-1)
+
+
+def relative_attention(attention_fn: Callable[..., Array], keys: Array,
+                       index: np.ndarray) -> Callable[..., Array]:
+  """`attention_fn` with `relative_logits` added as a bias to the content logits.
+
+  The result reports `attention_fn`'s signature (`functools.wraps`), so Flax passes it the
+  same keyword arguments; each `ops.ATTENTION_FNS` entry takes a bias.
+  """
+
+  @functools.wraps(attention_fn)
+  def with_bias(query: Array, key: Array, value: Array, **kwargs) -> Array:
+    bias = relative_logits(query, keys, index)
+    if kwargs.get('bias') is not None:
+      bias = bias + kwargs['bias']
+    return attention_fn(query, key, value, **{**kwargs, 'bias': bias})
+
+  return with_bias

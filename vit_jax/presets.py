@@ -35,7 +35,7 @@ OFFICIAL_MEAN = OFFICIAL_STD = (0.5, 0.5, 0.5)
 
 # Fields beyond the official ones, each off by default (defaults = official behaviour).
 VIT_EXTRAS = dict(
-    posemb='learn',  # 'learn' (official 1-D), 'learn_2d', 'sincos2d' or 'none'.
+    posemb='learn',  # 'learn' (official 1-D), 'learn_2d', 'sincos2d', 'relative' or 'none'.
     stochastic_depth=0.,  # Max drop-path rate (last block); 0 = off.
     dtype='float32',  # Compute dtype; 'bfloat16' for accelerators (params stay float32).
     remat=False,  # Recompute each block in backward: less activation memory.

@@ -60,6 +60,9 @@ _REPORT_DIR = flags.DEFINE_string('report_dir', None,
                                   'Where the PNGs and report.md go (default: --out).')
 _DOC = flags.DEFINE_string('doc', None, 'A markdown file whose study:begin/end block receives '
                            'the report (image links relative to it).')
+_DOC_MARKER = flags.DEFINE_string(
+    'doc_marker', 'study', 'The --doc block to replace: between <!-- MARKER:begin --> and '
+    '<!-- MARKER:end --> (round 3: study3).')
 # --out is vit_jax's shared --out (the FLOPs count imports vit_jax.tools, which defines it).
 flags.declare_key_flag('out')
 FLAG_DEFAULTS = {'out': 'runs/study'}
@@ -73,6 +76,8 @@ def _interrupt(signum, frame) -> None:
 def write_report(grid: grid_lib.Grid, results: str) -> str:
   """Writes report.md (and --doc's block) from `results`; returns the report's path."""
   by_name = records.update_results(results, grid, cli.OUT.value)  # Run dirs present win.
+  grid = grid_lib.fully_resolved(grid, by_name)
+  by_name = records.update_results(results, grid, cli.OUT.value)
   if not by_name:
     raise ValueError(f'No results in {results}: run the grid first (without --report), or '
                      'pass --results=FILE.jsonl of a grid that ran.')
@@ -84,7 +89,7 @@ def write_report(grid: grid_lib.Grid, results: str) -> str:
   with open(os.path.join(report_dir, 'report.md'), 'w') as out:
     out.write(text)
   if doc:
-    report.write_into_doc(doc, text)
+    report.write_into_doc(doc, text, _DOC_MARKER.value)
   return os.path.join(report_dir, 'report.md')
 
 

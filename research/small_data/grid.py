@@ -5,7 +5,7 @@ import os
 import re
 import shlex
 import sys
-from typing import Any, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from vit_jax import config_lib
 
@@ -43,17 +43,51 @@ class Table:
 
 
 @dataclasses.dataclass(frozen=True)
+class Claim:
+  """A claim tested on a table: its effect is a sum of rows (coefficient, row value) of column
+  `col`, paired by seed (the same data slice), e.g. ((1, 'ViT strong'), (-1, 'ViT plain')).
+
+  `kind` 'greater': the claim is "effect > 0"; 'within': "|effect| < margin" (points), a claim
+  that something matters little. The report gives each a 95% t-interval over the slices and a
+  verdict (report.verdict).
+  """
+  text: str
+  table: str
+  terms: Tuple[Tuple[float, Any], ...]
+  col: Any
+  kind: str = 'greater'
+  margin: float = 1.
+
+
+Records = Mapping[str, Dict[str, Any]]
+
+
+@dataclasses.dataclass(frozen=True)
 class Grid:
   """What a grid file's `get_grid(arg)` returns.
 
   `folders` (with `{out}`) is where `prepare_folders` writes Fashion-MNIST as image folders
   (None: the grid needs none); `folder_limit` keeps that many images per class and split (0 =
-  all; for smoke runs).
+  all; for smoke runs). `resolve(records)`, when set, returns the grid with the runs that
+  depend on recorded results (a budget read off a probe's validation curve, the seeds after a
+  validation choice) added: the runner calls it after each pass, the report before tabulating.
   """
   runs: Sequence[Run]
   tables: Sequence[Table] = ()
   folders: Optional[str] = None
   folder_limit: int = 0
+  claims: Sequence[Claim] = ()
+  resolve: Optional[Callable[[Records], 'Grid']] = None
+
+
+def fully_resolved(grid: Grid, records: Records) -> Grid:
+  """`grid` resolved until it adds no run (its own when it has no `resolve`)."""
+  while grid.resolve is not None:
+    new = grid.resolve(records)
+    if [r.name for r in new.runs] == [r.name for r in grid.runs] and new.runs == grid.runs:
+      return new
+    grid = new
+  return grid
 
 
 def load_grid(spec: str) -> Grid:

@@ -11,7 +11,7 @@ import os
 import re
 import shlex
 import time
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from research.small_data import grid as grid_lib
 
@@ -110,7 +110,23 @@ def run_record(run: grid_lib.Run, out: str) -> Dict[str, Any]:
       num_examples_val=meta.get('num_examples_val'), num_examples_test=meta['num_examples'],
       forward_flops=flops, flops_source=source, teacher_forward_flops=teacher_flops,
       train_flops=(TRAIN_FLOPS_FACTOR * flops + teacher_flops) * images if images else None)
+  curve = val_curve(workdir)
+  if curve:
+    record['val_curve'] = curve
   return record
+
+
+def val_curve(workdir: str) -> List[List[float]]:
+  """[[step, validation accuracy], ...] of a run's evaluations (its metrics.jsonl), or [].
+
+  Kept in the results line so budgets read off a probe's curve need no run directory.
+  """
+  from vit_jax.training import plotting  # Lazily, as the FLOPs count.
+  path = os.path.join(workdir, 'metrics.jsonl')
+  if not os.path.isfile(path):
+    return []
+  series = plotting.read_history(path).get('accuracy_val', {})
+  return [[int(step), round(float(acc), 6)] for step, acc in sorted(series.items())]
 
 
 def read_results(path: str) -> Dict[str, Dict[str, Any]]:

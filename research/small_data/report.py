@@ -13,6 +13,86 @@ from research.small_data import grid as grid_lib
 
 
 DOC_BEGIN, DOC_END = '<!-- study:begin -->', '<!-- study:end -->'
+VERDICTS = ('supported', 'not supported', 'undecided')
+# Up to 20 rows get a colour and a marker each (tab20 has 20 distinct colours).
+MARKERS = ('o', 's', '^', 'D', 'v', 'P', 'X', '<', '>', '*')
+
+
+def t_interval(values: Sequence[float], level: float = 0.95) -> Optional[Tuple[float, float,
+                                                                                 float]]:
+  """(mean, low, high): the `level` t-interval of the mean of paired differences; None for
+  fewer than two (one slice says nothing about the spread between slices)."""
+  if len(values) < 2:
+    return None
+  from scipy import stats  # Lazily: only reports with claims need it.
+  array = np.asarray(values, np.float64)
+  mean = float(array.mean())
+  half = float(stats.t.ppf(0.5 + level / 2, len(array) - 1) * array.std(ddof=1)
+               / np.sqrt(len(array)))
+  return mean, mean - half, mean + half
+
+
+def verdict(values: Sequence[float], kind: str = 'greater', margin: float = 1.) -> str:
+  """The word the 95% interval of `values` (paired differences, points) supports.
+
+  'greater' ("the effect is positive"): supported when the interval lies above 0, not
+  supported when below, else undecided. 'within' ("it matters little": |effect| < margin):
+  supported when the interval lies inside (-margin, margin), not supported when it lies wholly
+  outside, else undecided. One slice is always undecided.
+  """
+  interval = t_interval(values)
+  if interval is None:
+    return 'undecided'
+  _, low, high = interval
+  if kind == 'greater':
+    return 'supported' if low > 0 else 'not supported' if high < 0 else 'undecided'
+  if kind == 'within':
+    if -margin < low and high < margin:
+      return 'supported'
+    return 'not supported' if low >= margin or high <= -margin else 'undecided'
+  raise ValueError(f'Unknown claim kind {kind!r}; use greater or within.')
+
+
+def claim_effects(claim: grid_lib.Claim, table: grid_lib.Table, runs: Sequence[grid_lib.Run],
+                  records: Mapping[str, Dict[str, Any]]) -> List[float]:
+  """The claim's effect (points) on each seed whose every term has a finished run."""
+  _, _, cells = table_cells(table, runs)
+  seed = {run.name: run.tags.get('seed') for run in runs}
+  value = {}
+  for (r, c), names in cells.items():
+    for n in names:
+      if c == claim.col and records.get(n, {}).get(table.metric) is not None:
+        value[(r, seed[n])] = 100 * records[n][table.metric]
+  seeds = sorted({s for _, s in value}, key=str)
+  return [sum(coef * value[(row, s)] for coef, row in claim.terms) for s in seeds
+          if all((row, s) in value for _, row in claim.terms)]
+
+
+def claims_markdown(grid: grid_lib.Grid, records: Mapping[str, Dict[str, Any]]) -> str:
+  """Each claim: its effect (mean of the paired differences), 95% interval, verdict."""
+  tables = {t.name: t for t in grid.tables}
+  lines = ['| claim | effect (points) | 95% interval | slices | verdict |',
+           '| --- | --- | --- | --- | --- |']
+  for claim in grid.claims:
+    effects = claim_effects(claim, tables[claim.table], grid.runs, records)
+    interval = t_interval(effects)
+    if not effects:
+      effect, span = 'unfinished', ''
+    elif interval is None:
+      effect, span = f'{effects[0]:+.2f}', 'one slice: none'
+    else:
+      effect, span = f'{interval[0]:+.2f}', f'[{interval[1]:+.2f}, {interval[2]:+.2f}]'
+    word = verdict(effects, claim.kind, claim.margin) if effects else 'undecided'
+    lines.append(f'| {claim.text} | {effect} | {span} | {len(effects)} | {word} |')
+  return '\n'.join(lines)
+
+
+def row_style(index: int) -> Dict[str, Any]:
+  """A colour (tab20) and a marker of their own for the `index`-th row of a plot."""
+  import matplotlib  # Lazily, as _pyplot.
+  # tab20's 10 dark shades first, then the light ones: neighbouring rows differ in hue.
+  shade = 2 * (index % 10) + (index // 10) % 2
+  return dict(color=matplotlib.colormaps['tab20'](shade), marker=MARKERS[index % len(MARKERS)])
 
 
 def mean_std(values: Sequence[float]) -> Tuple[float, float]:
@@ -134,10 +214,12 @@ def plot_table(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
         xs.append(c if numeric else j + (i - (len(rows) - 1) / 2) * 0.8 / len(rows))
         means.append(mean)
         stds.append(std)
+    style = row_style(i)
     if numeric:
-      ax.errorbar(xs, means, yerr=stds, marker='o', capsize=3, label=str(r))
+      ax.errorbar(xs, means, yerr=stds, capsize=3, label=str(r), **style)
     else:
-      ax.bar(xs, means, width=0.8 / len(rows), yerr=stds, capsize=3, label=str(r))
+      ax.bar(xs, means, width=0.8 / len(rows), yerr=stds, capsize=3, label=str(r),
+             color=style['color'], hatch=('', '//', '..', 'xx')[i // 20 % 4])
   if numeric and table.log_x:
     ax.set_xscale('log')
   if numeric:
@@ -151,16 +233,20 @@ def plot_table(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
 
 def plot_compute(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
                  records: Mapping[str, Dict[str, Any]], png_path: str) -> None:
-  """Each finished run of the table: `metric` over its training FLOPs (log), one colour a row."""
+  """Each finished run of the table: `metric` over its training FLOPs (log); a colour per row,
+  and per column (the data fraction) a marker of its own, so fractions are told apart."""
   plt = _pyplot()
-  rows, _, cells = table_cells(table, runs)
+  rows, cols, cells = table_cells(table, runs)
   fig, ax = plt.subplots(figsize=(6.4, 4))
-  for r in rows:
-    names = [n for (row, _), ns in cells.items() if row == r for n in ns
-             if records.get(n, {}).get(table.metric) is not None
-             and records[n].get('train_flops') is not None]
-    ax.scatter([records[n]['train_flops'] for n in names],
-               [100 * records[n][table.metric] for n in names], label=str(r), alpha=.8)
+  for i, r in enumerate(rows):
+    for j, c in enumerate(cols):
+      names = [n for n in cells.get((r, c), ())
+               if records.get(n, {}).get(table.metric) is not None
+               and records[n].get('train_flops') is not None]
+      ax.scatter([records[n]['train_flops'] for n in names],
+                 [100 * records[n][table.metric] for n in names], alpha=.8,
+                 color=row_style(i)['color'], marker=MARKERS[j % len(MARKERS)],
+                 label=f'{r}, {table.col_label}{c}' if names else None)
   ax.set_xscale('log')
   ax.set(xlabel='training FLOPs (3 x forward x images seen)',
          ylabel=f'{_metric_name(table.metric)} (%)', title=f'{table.title}: by compute')
@@ -168,10 +254,10 @@ def plot_compute(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
 
 
 def _finish_plot(plt, fig, ax, png_path: str) -> None:
+  """Grid lines; the legend to the right of the axes, never over the data."""
   ax.grid(alpha=.3)
-  ax.legend(fontsize='small')
-  fig.tight_layout()
-  fig.savefig(png_path, dpi=100)
+  ax.legend(fontsize='small', loc='upper left', bbox_to_anchor=(1.02, 1), borderaxespad=0)
+  fig.savefig(png_path, dpi=100, bbox_inches='tight')
   plt.close(fig)
 
 
@@ -223,6 +309,13 @@ def report_markdown(grid: grid_lib.Grid, records: Mapping[str, Dict[str, Any]], 
            f'`{source}`. Compute: training FLOPs = 3 x forward FLOPs per image (vit_jax.flops; '
            'XLA\'s count for the ResNet) x images seen, plus the teacher\'s forward when '
            'distilling; evaluation not counted.']
+  if grid.claims:
+    parts += ['### Claims: effect, 95% interval over slices, verdict',
+              'Each effect is paired by slice (seed); its interval is the t-interval of the '
+              'mean over the slices; "supported" needs the whole interval on the claim\'s side '
+              '(or, for "matters little", inside ± its margin), "not supported" the whole '
+              'interval on the other side; one slice is always "undecided".',
+              claims_markdown(grid, records)]
   for table in grid.tables:
     parts += [f'### {table.title}', table_markdown(table, grid.runs, records)]
     if table.baseline:
@@ -240,14 +333,20 @@ def report_markdown(grid: grid_lib.Grid, records: Mapping[str, Dict[str, Any]], 
   return '\n\n'.join(parts) + '\n'
 
 
-def write_into_doc(doc: str, text: str) -> None:
-  """Replaces the text between the DOC_BEGIN and DOC_END markers of `doc` with `text`."""
+def doc_markers(marker: str = 'study') -> Tuple[str, str]:
+  """The begin and end lines of a generated block ('study': round 2's; 'study3': round 3's)."""
+  return f'<!-- {marker}:begin -->', f'<!-- {marker}:end -->'
+
+
+def write_into_doc(doc: str, text: str, marker: str = 'study') -> None:
+  """Replaces the text between the `marker` begin and end lines of `doc` with `text`."""
+  doc_begin, doc_end = doc_markers(marker)
   with open(doc) as f:
     content = f.read()
-  begin, end = content.find(DOC_BEGIN), content.find(DOC_END)
+  begin, end = content.find(doc_begin), content.find(doc_end)
   if begin < 0 or end < begin:
-    raise ValueError(f'{doc} lacks the markers {DOC_BEGIN} ... {DOC_END}; add them where the '
+    raise ValueError(f'{doc} lacks the markers {doc_begin} ... {doc_end}; add them where the '
                      'generated tables go.')
-  content = content[:begin + len(DOC_BEGIN)] + '\n' + text + content[end:]
+  content = content[:begin + len(doc_begin)] + '\n' + text + content[end:]
   with open(doc, 'w') as f:
     f.write(content)

@@ -72,10 +72,28 @@ def run_grid(grid: grid_lib.Grid, out: str, *, python: str = sys.executable,
              log: Callable[[str], None] = print, results: str = '') -> List[str]:
   """Runs the runs of `grid` still to do (`runs_to_do`) in order; returns the names of those
   that failed. With `results`, that file gets every run's record (`update_results`) after each
-  run, and its finished records count as finished runs.
+  run, and its finished records count as finished runs. A grid with `resolve` is resolved
+  with the records after each pass, and the runs it adds are run, until it adds none.
   """
   if grid.folders:
     folders.prepare_folders(grid.folders.replace('{out}', out), limit=grid.folder_limit, log=log)
+  failed = _run_pass(grid, out, python=python, log=log, results=results)
+  while grid.resolve is not None:
+    known = records.read_results(results) if results else {
+        r.name: records.run_record(r, out) for r in grid.runs
+        if os.path.isdir(os.path.join(out, r.name))}
+    new = grid.resolve(known)
+    if not {r.name for r in new.runs} - {r.name for r in grid.runs}:
+      return failed
+    log(f'Resolved: {len(new.runs) - len(grid.runs)} run(s) added from recorded results.')
+    grid = new
+    failed = _run_pass(grid, out, python=python, log=log, results=results)
+  return failed
+
+
+def _run_pass(grid: grid_lib.Grid, out: str, *, python: str, log: Callable[[str], None],
+              results: str) -> List[str]:
+  """One pass over `grid.runs`: the runs still to do, in order; returns those that failed."""
   todo = {r.name for r in runs_to_do(grid, out, records.read_results(results))}
   failed = []
   for i, run in enumerate(grid.runs):

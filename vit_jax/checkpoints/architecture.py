@@ -97,7 +97,11 @@ def _vit_fields(tree: Mapping[str, Any]) -> Tuple[Dict[str, Any], Optional[Tuple
   posembed = encoder.get('posembed_input', {})
   prefix = 1 if 'cls' in tree else 0
   grid = None
-  if 'pos_embedding_row' in posembed:
+  if 'relative_posemb' in block:
+    posemb = 'relative'
+    rows, cols = block['relative_posemb']['rel_embedding'][:2]
+    grid = (rows + 1) // 2, (cols + 1) // 2
+  elif 'pos_embedding_row' in posembed:
     posemb = 'learn_2d'
     grid = posembed['pos_embedding_row'][0], posembed['pos_embedding_col'][0]
   elif 'pos_embedding' in posembed:
@@ -171,7 +175,8 @@ def plain_config(config: Any) -> Any:
 
 
 def _posemb_params(posemb: str) -> str:
-  return {'learn': 'learned 1-D', 'learn_2d': 'learned 2-D'}.get(posemb, 'none')
+  return {'learn': 'learned 1-D', 'learn_2d': 'learned 2-D',
+          'relative': 'learned relative'}.get(posemb, 'none')
 
 
 def _compared_fields(config: Mapping[str, Any]) -> Tuple[Tuple[str, Any], ...]:
@@ -346,7 +351,7 @@ def conform(arch: Architecture, declared: Any, declared_name: str) -> Architectu
     config = full_vit_config(config)
     found = plain_config(arch.config)
     config['representation_size'] = found['representation_size']
-    if found['posemb'] in ('learn', 'learn_2d'):
+    if found['posemb'] in ('learn', 'learn_2d', 'relative'):
       config['posemb'] = found['posemb']
   config['model_name'] = config.get('model_name') or arch.config.model_name
   return dataclasses.replace(arch, config=ml_collections.ConfigDict(config), assumed=())

@@ -88,9 +88,11 @@ def fit_posemb(params: Params, model_config: Any, grid_shape: Sequence[int]) -> 
 
   The one place tables are fitted (fine-tuning and the tools): a 1-D learned table ('learn')
   is resized bilinearly as officially, its grid taken as square; 2-D tables ('learn_2d') per
-  axis; class-token rows stay. A file whose class-token count differs from the model's is
-  returned unchanged, for `check_tree` to name the difference.
+  axis; relative tables ('relative') by `fit_relative_posemb`; class-token rows stay. A file
+  whose class-token count differs from the model's is returned unchanged, for `check_tree` to
+  name the difference.
   """
+  params = fit_relative_posemb(params, grid_shape)
   posembed = params.get('Transformer', {}).get('posembed_input') if 'Transformer' in params \
       else None
   if not posembed:  # Mixer, ResNet, or no learned position embeddings: nothing to fit.
@@ -115,8 +117,51 @@ def fit_posemb(params: Params, model_config: Any, grid_shape: Sequence[int]) -> 
   return {**params, 'Transformer': {**params['Transformer'], 'posembed_input': fitted}}
 
 
+def resize_relative_table(table: np.ndarray, new_grid: Sequence[int]) -> np.ndarray:
+  """A (2gh-1, 2gw-1, ...) per-offset table bilinearly resized for a `new_grid` patch grid.
+
+  Corners stay aligned (`scipy.ndimage.zoom(order=1)`, as `resize_posemb`), so the largest
+  offsets map onto the new largest offsets and offset 0 stays at the centre: offset d of the
+  new grid reads the old table at d * (gh - 1) / (nh - 1).
+  """
+  table = np.asarray(table)
+  rows, cols = 2 * new_grid[0] - 1, 2 * new_grid[1] - 1
+  if table.shape[:2] == (rows, cols):
+    return table
+  import scipy.ndimage  # Only needed when resizing; keeps config loading light.
+  zoom = (rows / table.shape[0], cols / table.shape[1]) + (1,) * (table.ndim - 2)
+  return scipy.ndimage.zoom(table, zoom, order=1)
+
+
+def fit_relative_posemb(params: Params, grid_shape: Sequence[int]) -> Params:
+  """`params` with every block's relative table (`posemb='relative'`) fitted to `grid_shape`.
+
+  The prefix keys (`rel_embedding_prefix`) have no offset and stay; trees without relative
+  tables are returned as they are.
+  """
+  encoder = params.get('Transformer') if isinstance(params, Mapping) else None
+  if not encoder:
+    return params
+  fitted = dict(encoder)
+  for name, block in encoder.items():
+    relative = block.get('relative_posemb') if isinstance(block, Mapping) else None
+    if relative is None:
+      continue
+    table = relative['rel_embedding']
+    if np.shape(table)[:2] != (2 * grid_shape[0] - 1, 2 * grid_shape[1] - 1):
+      logging.info('Resizing %s relative position table %s to a %dx%d grid.', name,
+                   np.shape(table)[:2], *grid_shape)
+      table = resize_relative_table(table, grid_shape)
+    fitted[name] = {**block, 'relative_posemb': {**relative, 'rel_embedding': table}}
+  return {**params, 'Transformer': fitted}
+
+
 def _posemb_grid(params: Mapping[str, Any], model_config: Any) -> Optional[Tuple[int, int]]:
   """The token grid a param tree's position embeddings are for (1-D tables: square)."""
+  relative = params.get('Transformer', {}).get('encoderblock_0', {}).get('relative_posemb')
+  if relative is not None:
+    rows, cols = np.shape(relative['rel_embedding'])[:2]
+    return (rows + 1) // 2, (cols + 1) // 2
   posembed = params.get('Transformer', {}).get('posembed_input', {})
   if 'pos_embedding_row' in posembed:
     return len(posembed['pos_embedding_row']), len(posembed['pos_embedding_col'])

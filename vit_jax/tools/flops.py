@@ -13,8 +13,11 @@ The table printed after the breakdown shows how the attention core (∝ depth ×
 and the total move when one dimension doubles: the image side or patch size changes the token
 count quadratically, so attention grows ~16× per doubled side, while width and depth are linear.
 A Swin attends within M×M windows: its attention is tokens × M² × width, linear in the tokens
-(windows are padded to whole windows, which the count includes). `--sizes` prints attention and
-total FLOPs against the image side for `--model` and the `--also` models (docs/analysis.md).
+(windows are padded to whole windows, which the count includes). With posemb='relative' each
+block's queries also meet every offset's key ('relative_position': tokens × offsets × width,
+offsets = (2gh-1)(2gw-1) + 3 with a class token); the gather of each pair's logit is free.
+`--sizes` prints attention and total FLOPs against the image side for `--model` and the
+`--also` models (docs/analysis.md).
 """
 
 import math
@@ -25,10 +28,11 @@ from absl import flags
 
 from vit_jax.tools import cli
 from vit_jax import models
+from vit_jax import position_embeddings
 from vit_jax import presets
 
-PARTS = ('resnet', 'patch_embedding', 'patch_merging', 'qkv_out_projections', 'attention', 'mlp',
-         'head')
+PARTS = ('resnet', 'patch_embedding', 'patch_merging', 'qkv_out_projections', 'attention',
+         'relative_position', 'mlp', 'head')
 
 
 _IMAGE = flags.DEFINE_integer('image', 224, 'Square image side in pixels.')
@@ -78,7 +82,8 @@ def resnet_flops(resnet: Any, image_hw: Tuple[int, int]) -> Tuple[int, Tuple[int
 
 
 def count_flops(model_config: Any, image_size: int, num_classes: int = 1000) -> Dict[str, int]:
-  """Forward FLOPs per image by part (keys from `PARTS`, 'resnet' only for hybrids) + 'total'.
+  """Forward FLOPs per image by part (keys from `PARTS`, 'resnet' only for hybrids,
+  'relative_position' only for posemb='relative') + 'total'.
 
   Args:
     model_config: a ViT/hybrid preset ConfigDict (or dict with the same fields).
@@ -104,6 +109,11 @@ def count_flops(model_config: Any, image_size: int, num_classes: int = 1000) -> 
   out['patch_embedding'] = conv_flops(grid, (ph, pw), channels, d)
   out['qkv_out_projections'] = layers * 4 * 2 * n * d * d
   out['attention'] = layers * 2 * (2 * n * n * d)  # Scores q·k, then weights · v.
+  if model_config.get('posemb') == 'relative':  # Queries · one key per offset, every block.
+    offsets = (2 * grid[0] - 1) * (2 * grid[1] - 1)
+    if n > grid[0] * grid[1]:
+      offsets += position_embeddings.RELATIVE_PREFIX_ROWS
+    out['relative_position'] = layers * 2 * n * offsets * d
   out['mlp'] = layers * 2 * (2 * n * d * mlp)
   pooled = n if classifier in ('unpooled', 'token_unpooled') else 1
   rep = model_config.get('representation_size')

@@ -1,0 +1,242 @@
+r"""Round 3 of the small-data study (issue 43): matched recipes, the "10x data" test, five
+position embeddings, and a verdict per claim (docs/small_data_study.md, Round 3).
+
+  python -m research.small_data --grid=research/small_data/fashion_mnist_round3.py \
+    --out=runs/study3 --results=docs/study/round3/results.jsonl
+
+Every arm (model, recipe, data fraction) is chosen on validation, in three stages the runner
+reaches one after another (`Grid.resolve`: each stage's runs appear once the records they
+depend on are finished):
+1. probe: seed 0 at the recipe's learning rate and weight decay for `probe_steps` (the strong
+   recipe `strong_probe_x` times as many), evaluated `evals` times; the budget is the first
+   evaluation after which validation accuracy rises by less than half a point
+   (`select.budget_from_curve`);
+2. sweep: seed 0 at that budget for each learning rate x weight decay of `lrs` x `wds`; the
+   pair with the best validation accuracy is chosen (`select.choose`), and its run is the
+   arm's seed-0 cell;
+3. the other seeds (different slices) at the chosen values and budget; the position-embedding
+   arm runs the plain ViT's choice at 1% and 5% with each of none / learn_2d / sincos2d /
+   relative ('learn' is the plain ViT arm itself).
+Arms: ViT, hybrid (at 28px like the others: `hybrid28`), ResNet and Swin, each plain and with
+the strong recipe (`remedy=strong`: RandAugment(2, 10) + pad/flip + Mixup 0.2 + stochastic depth
+0.1, dropout 0.1 where the family has them; the plain Swin at stochastic depth 0 as the plain
+ViT) at 1%; the plain ViT at 5% (position embeddings) and 10% (the "10x data" test against the
+strong ViT at 1%). `:runlocal` shrinks it to smoke runs of the plain ViT at 40%.
+"""
+
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from research.small_data import fashion_mnist_grid as round2
+from research.small_data import grid as grid_lib
+from research.small_data import select
+from vit_jax import config_lib
+
+MODELS = (('vit', 'ViT'), ('hybrid28', 'hybrid'), ('resnet', 'ResNet'), ('swin', 'Swin'))
+LABELS = dict(MODELS)
+RECIPES = {'plain': 'none', 'strong': 'strong'}  # Recipe → the study config's remedy.
+POSEMBS = ('none', 'learn_2d', 'sincos2d', 'relative')  # Beside the plain ViT arm's 'learn'.
+POSEMB_PCTS = (1, 5)
+TENX = (('vit', 'strong', 1), ('vit', 'plain', 10))  # The "10x data" test's two arms.
+TENX_COL = '1% vs 10%'
+# Probes: round 2's plain ViT plateaued on validation by ~1,000 steps at 1% and ~2,000 at 5%,
+# while RandAugment + Mixup was still rising at 4,000 (1%): the strong recipe's probes run
+# `strong_probe_x` times longer.
+OPTIONS = dict(seeds='3', lrs='5e-4+1.5e-3+4e-3', wds='0.05+0.3',
+               probe_steps='1:3000+5:4000+10:5000', strong_probe_x='2', evals='10',
+               tolerance='0.005')
+
+Arm = Tuple[str, str, int]  # (model, recipe, pct)
+
+
+def arms(runlocal: bool) -> Tuple[Arm, ...]:
+  """Every (model, recipe, pct) chosen on validation, in the order they run."""
+  if runlocal:
+    return (('vit', 'plain', 40),)
+  matched = tuple((m, recipe, 1) for m, _ in MODELS for recipe in RECIPES)
+  return matched + (('vit', 'plain', 5), ('vit', 'plain', 10))
+
+
+def arm_name(arm: Arm) -> str:
+  model, recipe, pct = arm
+  return f'r3_{model}_{recipe}_p{pct}'
+
+
+def row_label(arm: Arm) -> str:
+  return f'{LABELS[arm[0]]} {arm[1]}'
+
+
+def parse(arg: str) -> Tuple[Dict[str, str], bool]:
+  """The options (`OPTIONS` updated by `key=value` parts) and whether `runlocal` is given."""
+  parts, runlocal = config_lib.parse_arg(arg)
+  opts = dict(OPTIONS)
+  if runlocal:
+    opts.update(seeds='2', lrs='1.5e-3', wds='0.05', probe_steps='40:4', evals='2',
+                strong_probe_x='1')
+  for part in parts:
+    key, sep, value = part.partition('=')
+    if not sep or key not in OPTIONS:
+      raise ValueError(f'Bad grid arg {part!r}; use {", ".join(f"{k}=" for k in OPTIONS)} '
+                       'and/or runlocal.')
+    opts[key] = value
+  select.parse_values(opts['lrs'], 'lrs')
+  select.parse_values(opts['wds'], 'wds')
+  return opts, runlocal
+
+
+def _values(arm: Arm, seed: int, steps: int, **extra) -> Dict[str, Any]:
+  """The study config's values of one run of `arm` (Swin plain: stochastic depth 0, as the
+  plain ViT; the strong recipe gives every family with it the same 0.1)."""
+  model, recipe, pct = arm
+  sd = '0' if (model, recipe) == ('swin', 'plain') else ''
+  return dict(model=model, pct=pct, seed=seed, remedy=RECIPES[recipe], sd=sd, steps=steps,
+              **extra)
+
+
+def _tags(of: Arm, seed: int, **extra) -> Dict[str, Any]:
+  """Tags of a run of arm `of`: its table row, and its rows of the 10x and posemb tables."""
+  model, recipe, pct = of
+  tags = dict(model=LABELS[model], recipe=recipe, pct=pct, seed=seed, row=row_label(of),
+              **extra)
+  if of in TENX:
+    tags.update(tenx=f'{LABELS[model]} {recipe}, {pct}%', tenx_col=TENX_COL)
+  if (model, recipe) == ('vit', 'plain') and pct in POSEMB_PCTS:
+    tags['posemb'] = 'learn'
+  return tags
+
+
+class Choice:
+  """What the records decide about one arm: its budget, then its (lr, wd)."""
+
+  def __init__(self, arm: Arm, opts: Mapping[str, str], records: grid_lib.Records):
+    self.arm = arm
+    self.lrs = select.parse_values(opts['lrs'], 'lrs')
+    self.wds = select.parse_values(opts['wds'], 'wds')
+    self.budget: Optional[int] = select.probe_budget(
+        records.get(f'{arm_name(arm)}_probe'), float(opts['tolerance']))
+    self.sweep = {(lr, wd): f'{arm_name(arm)}_s0_lr{lr}_wd{wd}'
+                  for lr in self.lrs for wd in self.wds}
+    self.chosen: Optional[Tuple[str, str]] = (
+        select.choose(self.sweep, records) if self.budget is not None else None)
+
+
+def probe_run(arm: Arm, base: Dict, opts: Mapping[str, str]) -> grid_lib.Run:
+  steps = round2.parse_steps(opts['probe_steps'], (arm[2],))[arm[2]]
+  steps *= int(opts['strong_probe_x']) if arm[1] == 'strong' else 1
+  return round2.run(f'{arm_name(arm)}_probe',
+                    dict(arm='probe', model=LABELS[arm[0]], recipe=arm[1], pct=arm[2]), base,
+                    **_values(arm, 0, steps, evals=opts['evals']))
+
+
+def sweep_runs(choice: Choice, base: Dict) -> List[grid_lib.Run]:
+  """Seed 0 at the probe's budget for each (lr, wd); the chosen one is tagged `chosen`."""
+  return [round2.run(name, _tags(choice.arm, 0, arm='sweep', lr=lr, wd=wd,
+                                 lr_wd=f'lr {lr}, wd {wd}', chosen=(lr, wd) == choice.chosen),
+                     base, **_values(choice.arm, 0, choice.budget, lr=lr, wd=wd))
+          for (lr, wd), name in choice.sweep.items()]
+
+
+def seed_runs(choice: Choice, base: Dict, seeds: int) -> List[grid_lib.Run]:
+  """The other seeds (slices) at the chosen (lr, wd) and budget."""
+  lr, wd = choice.chosen
+  return [round2.run(f'{arm_name(choice.arm)}_s{s}',
+                     _tags(choice.arm, s, arm='matched', lr=lr, wd=wd, chosen=True), base,
+                     **_values(choice.arm, s, choice.budget, lr=lr, wd=wd))
+          for s in range(1, seeds)]
+
+
+def posemb_runs(choice: Choice, base: Dict, seeds: int) -> List[grid_lib.Run]:
+  """The plain ViT's choice with each other position embedding, every seed."""
+  lr, wd = choice.chosen
+  pct = choice.arm[2]
+  return [round2.run(f'r3_vit_pe-{pe}_p{pct}_s{s}',
+                     dict(arm='posemb', posemb=pe, pct=pct, seed=s, lr=lr, wd=wd, chosen=True),
+                     base, **_values(choice.arm, s, choice.budget, lr=lr, wd=wd, posemb=pe))
+          for pe in POSEMBS for s in range(seeds)]
+
+
+def grid_runs(opts: Mapping[str, str], runlocal: bool,
+              records: grid_lib.Records) -> List[grid_lib.Run]:
+  """Probes, then the sweeps whose budget is known, then the seeds and position embeddings
+  of the arms whose choice is made: each stage after the one it depends on."""
+  base = dict(root='{out}/data', runlocal='1' if runlocal else '')
+  seeds = int(opts['seeds'])
+  choices = [Choice(arm, opts, records) for arm in arms(runlocal)]
+  runs = [probe_run(c.arm, base, opts) for c in choices]
+  runs += [r for c in choices if c.budget is not None for r in sweep_runs(c, base)]
+  chosen = [c for c in choices if c.chosen is not None]
+  runs += [r for c in chosen for r in seed_runs(c, base, seeds)]
+  runs += [r for c in chosen if c.arm[:2] == ('vit', 'plain') and c.arm[2] in POSEMB_PCTS
+           for r in posemb_runs(c, base, seeds)]
+  return runs
+
+
+def get_grid(arg: str = '') -> grid_lib.Grid:
+  """Round 3's grid (options: `OPTIONS`, e.g. `seeds=3,lrs=5e-4+1.5e-3,probe_steps=1:4000+
+  5:4000+10:6000`); the runs of later stages appear as their records come (`resolve`)."""
+  opts, runlocal = parse(arg)
+
+  def make(records: grid_lib.Records) -> grid_lib.Grid:
+    return grid_lib.Grid(runs=grid_runs(opts, runlocal, records), tables=TABLES,
+                         claims=() if runlocal else CLAIMS, folders='{out}/data',
+                         folder_limit=8 * runlocal, resolve=make)
+
+  return make({})
+
+
+CHOSEN = dict(chosen=True)
+_MATCHED_ROWS = [f'{label} {recipe}' for _, label in MODELS for recipe in RECIPES]
+TABLES = (
+    grid_lib.Table('r3_matched', 'Matched recipes: plain vs strong, lr and wd chosen on '
+                   'validation (test)', row='row', col='pct', where=CHOSEN,
+                   col_label='% of train: ', log_x=True,
+                   baseline={f'{label} strong': f'{label} plain' for _, label in MODELS}),
+    grid_lib.Table('r3_matched_vs_resnet', 'Matched recipes against the ResNet of the same '
+                   'recipe (test)', row='row', col='pct', where=dict(CHOSEN, pct=1),
+                   col_label='% of train: ',
+                   baseline={f'{label} {recipe}': f'ResNet {recipe}' for _, label in MODELS
+                             if label != 'ResNet' for recipe in RECIPES}),
+    grid_lib.Table('r3_matched_val', 'Matched recipes (validation: where the choices were '
+                   'made)', row='row', col='pct', where=CHOSEN, col_label='% of train: ',
+                   log_x=True, metric='accuracy_val'),
+    grid_lib.Table('r3_sweep', 'Learning-rate and weight-decay sweep at seed 0 (validation)',
+                   row='row', col='lr_wd', where=dict(arm='sweep'), metric='accuracy_val'),
+    grid_lib.Table('r3_tenx', 'The "10x data" test: strong ViT at 1% vs plain ViT at 10% (test)',
+                   row='tenx', col='tenx_col', where=CHOSEN,
+                   baseline={'ViT plain, 10%': 'ViT strong, 1%'}),
+    grid_lib.Table('r3_posemb', 'Position embeddings of the plain ViT (test)', row='posemb',
+                   col='pct', where=CHOSEN, col_label='% of train: ', baseline='learn'),
+)
+
+
+def _claim(text: str, table: str, plus: str, minus: str, col: Any = 1,
+           **kwargs) -> grid_lib.Claim:
+  return grid_lib.Claim(text, table, ((1, plus), (-1, minus)), col, **kwargs)
+
+
+CLAIMS = (
+    _claim('The strong recipe lifts the ViT (1%)', 'r3_matched', 'ViT strong', 'ViT plain'),
+    _claim('The strong recipe lifts the ResNet (1%)', 'r3_matched', 'ResNet strong',
+           'ResNet plain'),
+    grid_lib.Claim('The strong recipe closes part of the ViT-ResNet gap (1%): (ViT strong − '
+                   'ResNet strong) − (ViT plain − ResNet plain)', 'r3_matched',
+                   ((1, 'ViT strong'), (-1, 'ResNet strong'), (-1, 'ViT plain'),
+                    (1, 'ResNet plain')), 1),
+    _claim('A plain ViT loses to a plain ResNet (1%): ResNet − ViT', 'r3_matched',
+           'ResNet plain', 'ViT plain'),
+    _claim('With the strong recipe the ViT still loses to the ResNet (1%): ResNet − ViT',
+           'r3_matched', 'ResNet strong', 'ViT strong'),
+    _claim('A convolutional stem helps (plain, 1%): hybrid − ViT', 'r3_matched',
+           'hybrid plain', 'ViT plain'),
+    _claim('Locality helps at the ViT\'s regularisation (plain, 1%): Swin − ViT', 'r3_matched',
+           'Swin plain', 'ViT plain'),
+    _claim('Locality helps at the ViT\'s regularisation (strong, 1%): Swin − ViT',
+           'r3_matched', 'Swin strong', 'ViT strong'),
+    _claim('Augmentation and regularisation are worth 10x the data: strong ViT at 1% within '
+           '1 point of the plain ViT at 10%', 'r3_tenx', 'ViT strong, 1%', 'ViT plain, 10%',
+           TENX_COL, kind='within'),
+) + tuple(
+    _claim(f'Position embeddings help ({p}%): learn − none', 'r3_posemb', 'learn', 'none', p)
+    for p in POSEMB_PCTS) + tuple(
+    _claim(f'The kind matters little ({p}%): {pe} within 1 point of learn', 'r3_posemb', pe,
+           'learn', p, kind='within')
+    for p in POSEMB_PCTS for pe in POSEMBS[1:])
