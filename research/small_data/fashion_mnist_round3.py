@@ -21,9 +21,11 @@ Arms: ViT, hybrid (at 28px like the others: `hybrid28`), ResNet and Swin, each p
 the strong recipe (`remedy=strong`: RandAugment(2, 10) + pad/flip + Mixup 0.2 + stochastic depth
 0.1, dropout 0.1 where the family has them; the plain Swin at stochastic depth 0 as the plain
 ViT) at 1%; the plain ViT at 5% (position embeddings) and 10% (the "10x data" test against the
-strong ViT at 1%). `:runlocal` shrinks it to smoke runs of the plain ViT at 40%.
+strong ViT at 1%). `:runlocal` shrinks it to three smoke runs of the plain ViT at 5% (probe,
+sweep, relative position embeddings) on 8 images per class.
 """
 
+import re
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from research.small_data import fashion_mnist_grid as round2
@@ -35,7 +37,7 @@ MODELS = (('vit', 'ViT'), ('hybrid28', 'hybrid'), ('resnet', 'ResNet'), ('swin',
 LABELS = dict(MODELS)
 RECIPES = {'plain': 'none', 'strong': 'strong'}  # Recipe → the study config's remedy.
 POSEMBS = ('none', 'learn_2d', 'sincos2d', 'relative')  # Beside the plain ViT arm's 'learn'.
-POSEMB_PCTS = (1, 5)
+POSEMB_PCTS = (1, 5)  # Smoke runs: 5 too.
 TENX = (('vit', 'strong', 1), ('vit', 'plain', 10))  # The "10x data" test's two arms.
 TENX_COL = '1% vs 10%'
 # Probes: round 2's plain ViT plateaued on validation by ~1,000 steps at 1% and ~2,000 at 5%,
@@ -51,7 +53,7 @@ Arm = Tuple[str, str, int]  # (model, recipe, pct)
 def arms(runlocal: bool) -> Tuple[Arm, ...]:
   """Every (model, recipe, pct) chosen on validation, in the order they run."""
   if runlocal:
-    return (('vit', 'plain', 40),)
+    return (('vit', 'plain', 5),)
   matched = tuple((m, recipe, 1) for m, _ in MODELS for recipe in RECIPES)
   return matched + (('vit', 'plain', 5), ('vit', 'plain', 10))
 
@@ -70,7 +72,7 @@ def parse(arg: str) -> Tuple[Dict[str, str], bool]:
   parts, runlocal = config_lib.parse_arg(arg)
   opts = dict(OPTIONS)
   if runlocal:
-    opts.update(seeds='2', lrs='1.5e-3', wds='0.05', probe_steps='40:4', evals='2',
+    opts.update(seeds='1', lrs='1.5e-3', wds='0.05', probe_steps='5:4', evals='2',
                 strong_probe_x='1')
   for part in parts:
     key, sep, value = part.partition('=')
@@ -145,13 +147,15 @@ def seed_runs(choice: Choice, base: Dict, seeds: int) -> List[grid_lib.Run]:
 
 
 def posemb_runs(choice: Choice, base: Dict, seeds: int) -> List[grid_lib.Run]:
-  """The plain ViT's choice with each other position embedding, every seed."""
+  """The plain ViT's choice with each other position embedding, every seed (smoke runs:
+  'relative' only)."""
   lr, wd = choice.chosen
   pct = choice.arm[2]
+  posembs = ('relative',) if base.get('runlocal') else POSEMBS
   return [round2.run(f'r3_vit_pe-{pe}_p{pct}_s{s}',
                      dict(arm='posemb', posemb=pe, pct=pct, seed=s, lr=lr, wd=wd, chosen=True),
                      base, **_values(choice.arm, s, choice.budget, lr=lr, wd=wd, posemb=pe))
-          for pe in POSEMBS for s in range(seeds)]
+          for pe in posembs for s in range(seeds)]
 
 
 def grid_runs(opts: Mapping[str, str], runlocal: bool,
@@ -240,3 +244,47 @@ CLAIMS = (
     _claim(f'The kind matters little ({p}%): {pe} within 1 point of learn', 'r3_posemb', pe,
            'learn', p, kind='within')
     for p in POSEMB_PCTS for pe in POSEMBS[1:])
+
+
+# Seconds per training step (batch 128, evaluations included) measured in round 2
+# (docs/study/results.jsonl: wall time / steps, mean over its runs; 2 vCPUs, 2026-11-25): ViT
+# 0.135, ViT patch 4 (50 tokens) 0.338, hybrid at 32px 0.191, ResNet 0.359, Swin 0.391, the
+# ViT with RandAugment + Mixup 0.145 and with the regularisation 0.164. Derived: the strong
+# recipe adds both overheads (x1.29; the ResNet, without stochastic depth or dropout, only the
+# augmentation's, x1.07); hybrid28 (50 tokens, as patch 4) is patch 4 plus the root's cost at
+# 28px (0.056 at 32px, x(28/32)^2). Relative position embeddings cost x1.13 a ViT step (forward
+# + backward of the study ViT at batch 128, 'learn' and 'relative' interleaved, 3 x 10 steps,
+# 2026-11-26, this machine under other load).
+_STRONG = (0.145 + 0.164 - 0.135) / 0.135
+_HYBRID28 = 0.338 + (0.191 - 0.135) * (28 / 32)**2
+RATES = {('vit', 'plain'): 0.135, ('vit', 'strong'): 0.135 * _STRONG,
+         ('hybrid28', 'plain'): _HYBRID28, ('hybrid28', 'strong'): _HYBRID28 * _STRONG,
+         ('resnet', 'plain'): 0.359, ('resnet', 'strong'): 0.359 * 0.145 / 0.135,
+         ('swin', 'plain'): 0.391, ('swin', 'strong'): 0.391 * _STRONG}
+POSEMB_FACTOR = {'relative': 1.13}
+
+
+def estimate_seconds(arg: str, rates: Mapping[Tuple[str, str], float],
+                     posemb_factor: Mapping[str, float], budget_fraction: float = 0.5
+                     ) -> Dict[str, float]:
+  """Run time of each stage of `get_grid(arg)`, before any run: budgets are not known until the
+  probes ran, so each arm's budget is taken as `budget_fraction` of its probe's steps.
+
+  `rates`: seconds per step of (model, recipe); `posemb_factor`: a position embedding's step
+  time relative to 'learn' (1 where absent).
+  """
+  opts, runlocal = parse(arg)
+  seeds, sweep = int(opts['seeds']), len(select.parse_values(opts['lrs'], 'lrs')) * len(
+      select.parse_values(opts['wds'], 'wds'))
+  out = dict(probe=0., sweep=0., seeds=0., posemb=0.)
+  for arm in arms(runlocal):
+    probe = probe_run(arm, {}, opts)
+    steps = int(re.search(r'steps=(\d+)', probe.command)[1])
+    rate = rates[arm[:2]]
+    budget = budget_fraction * steps
+    out['probe'] += rate * steps
+    out['sweep'] += rate * budget * sweep
+    out['seeds'] += rate * budget * (seeds - 1)
+    if arm[:2] == ('vit', 'plain') and arm[2] in POSEMB_PCTS:
+      out['posemb'] += sum(rate * posemb_factor.get(pe, 1.) * budget * seeds for pe in POSEMBS)
+  return out
