@@ -589,3 +589,13 @@ def test_the_round3_estimate_adds_each_stage_at_half_the_probe_as_budget():
   probes = 4 * 100 + 4 * 200 + 100 + 100  # Plain and strong at 1%, the plain ViT at 5%, 10%.
   assert got == dict(probe=probes, sweep=2 * probes / 2, seeds=2 * probes / 2,
                      posemb=2 * 3 * 50 * (1 + 1 + 1 + 2))  # 1% and 5%, three seeds.
+
+
+def test_round3_parts_pick_their_arms():
+  names = lambda arg: {r.name for r in grid_lib.load_grid(f'{ROUND3_GRID}:{arg}').runs}  # noqa: E731
+  assert len(names('parts=matched')) == 8 and 'r3_vit_plain_p10_probe' not in names(
+      'parts=matched')
+  assert names('parts=tenx') == {'r3_vit_plain_p1_probe', 'r3_vit_strong_p1_probe',
+                                 'r3_vit_plain_p10_probe'}
+  with pytest.raises(ValueError, match=r"Unknown part 'ssl' in parts=matched\+ssl"):
+    grid_lib.load_grid(f'{ROUND3_GRID}:parts=matched+ssl')

@@ -43,19 +43,33 @@ TENX_COL = '1% vs 10%'
 # Probes: round 2's plain ViT plateaued on validation by ~1,000 steps at 1% and ~2,000 at 5%,
 # while RandAugment + Mixup was still rising at 4,000 (1%): the strong recipe's probes run
 # `strong_probe_x` times longer.
+# `parts`: which of the round's parts run (matched: the 8 arms at 1%; tenx: the plain ViT at
+# 10%; posemb: the plain ViT at 5% and the position embeddings at 1% and 5%).
+PARTS = ('matched', 'tenx', 'posemb')
 OPTIONS = dict(seeds='3', lrs='5e-4+1.5e-3+4e-3', wds='0.05+0.3',
                probe_steps='1:3000+5:4000+10:5000', strong_probe_x='2', evals='10',
-               tolerance='0.005')
+               tolerance='0.005', parts='+'.join(PARTS))
 
 Arm = Tuple[str, str, int]  # (model, recipe, pct)
 
 
-def arms(runlocal: bool) -> Tuple[Arm, ...]:
-  """Every (model, recipe, pct) chosen on validation, in the order they run."""
+def arms(runlocal: bool, parts: str = '+'.join(PARTS)) -> Tuple[Arm, ...]:
+  """Every (model, recipe, pct) of `parts` chosen on validation, in the order they run."""
+  wanted = set(parts.split('+'))
+  unknown = sorted(wanted - set(PARTS))
+  if unknown:
+    raise ValueError(f'Unknown part {unknown[0]!r} in parts={parts}; use parts of '
+                     f'{"+".join(PARTS)}.')
   if runlocal:
     return (('vit', 'plain', 5),)
-  matched = tuple((m, recipe, 1) for m, _ in MODELS for recipe in RECIPES)
-  return matched + (('vit', 'plain', 5), ('vit', 'plain', 10))
+  # Every part reads the ViT's 1% arms (posemb: plain's choice; tenx: strong's runs).
+  chosen = [(m, recipe, 1) for m, _ in MODELS for recipe in RECIPES
+            if 'matched' in wanted or m == 'vit']
+  if 'posemb' in wanted:
+    chosen.append(('vit', 'plain', 5))
+  if 'tenx' in wanted:
+    chosen.append(('vit', 'plain', 10))
+  return tuple(dict.fromkeys(chosen))
 
 
 def arm_name(arm: Arm) -> str:
@@ -164,13 +178,13 @@ def grid_runs(opts: Mapping[str, str], runlocal: bool,
   of the arms whose choice is made: each stage after the one it depends on."""
   base = dict(root='{out}/data', runlocal='1' if runlocal else '')
   seeds = int(opts['seeds'])
-  choices = [Choice(arm, opts, records) for arm in arms(runlocal)]
+  choices = [Choice(arm, opts, records) for arm in arms(runlocal, opts['parts'])]
   runs = [probe_run(c.arm, base, opts) for c in choices]
   runs += [r for c in choices if c.budget is not None for r in sweep_runs(c, base)]
   chosen = [c for c in choices if c.chosen is not None]
   runs += [r for c in chosen for r in seed_runs(c, base, seeds)]
   runs += [r for c in chosen if c.arm[:2] == ('vit', 'plain') and c.arm[2] in POSEMB_PCTS
-           for r in posemb_runs(c, base, seeds)]
+           and 'posemb' in opts['parts'].split('+') for r in posemb_runs(c, base, seeds)]
   return runs
 
 
@@ -277,7 +291,7 @@ def estimate_seconds(arg: str, rates: Mapping[Tuple[str, str], float],
   seeds, sweep = int(opts['seeds']), len(select.parse_values(opts['lrs'], 'lrs')) * len(
       select.parse_values(opts['wds'], 'wds'))
   out = dict(probe=0., sweep=0., seeds=0., posemb=0.)
-  for arm in arms(runlocal):
+  for arm in arms(runlocal, opts['parts']):
     probe = probe_run(arm, {}, opts)
     steps = int(re.search(r'steps=(\d+)', probe.command)[1])
     rate = rates[arm[:2]]
@@ -285,6 +299,7 @@ def estimate_seconds(arg: str, rates: Mapping[Tuple[str, str], float],
     out['probe'] += rate * steps
     out['sweep'] += rate * budget * sweep
     out['seeds'] += rate * budget * (seeds - 1)
-    if arm[:2] == ('vit', 'plain') and arm[2] in POSEMB_PCTS:
+    if (arm[:2] == ('vit', 'plain') and arm[2] in POSEMB_PCTS
+        and 'posemb' in opts['parts'].split('+')):
       out['posemb'] += sum(rate * posemb_factor.get(pe, 1.) * budget * seeds for pe in POSEMBS)
   return out
