@@ -1,5 +1,6 @@
 """The study runner: commands, skip/rerun of runs, tables from run directories, image folders."""
 
+import collections
 import json
 import os
 import re
@@ -561,3 +562,40 @@ def test_round3_probes_give_the_strong_recipe_longer_and_evaluate_along_the_way(
   assert (steps['r3_vit_plain_p1_probe'], steps['r3_swin_strong_p1_probe'],
           steps['r3_vit_plain_p10_probe']) == (300, 900, 500)
   assert all('evals=10' in r.command for r in grid.runs)
+
+
+def test_the_round3_section_is_the_report_of_its_own_results_or_says_there_are_none(tmp_path):
+  """Round 3's block (study3 markers) is generated from docs/study/round3/results.jsonl alone,
+  and until that file exists it says so; round 2's block is pinned by the test above."""
+  results = os.path.join('docs', 'study', 'round3', 'results.jsonl')
+  with open(os.path.join(ROOT, 'docs', 'small_data_study.md')) as f:
+    content = f.read()
+  begin, end = report.doc_markers('study3')
+  block = content[content.index(begin) + len(begin) + 1:content.index(end)]
+  if not os.path.isfile(os.path.join(ROOT, results)):
+    assert block == report.no_results_block(results)
+    return
+  by_name = records.read_results(os.path.join(ROOT, results))
+  grid = grid_lib.fully_resolved(grid_lib.load_grid(ROUND3_GRID), by_name)
+  assert block == report.report_markdown(grid, by_name, str(tmp_path), 'study/round3', results)
+  assert set(by_name) <= {r.name for r in grid.runs}
+
+
+def test_the_round3_estimate_adds_each_stage_at_half_the_probe_as_budget():
+  module = config_lib.load_config_module(ROUND3_GRID)
+  got = module.estimate_seconds(
+      'seeds=3,lrs=1e-3+2e-3,wds=0.05,probe_steps=1:100+5:100+10:100,strong_probe_x=2',
+      rates=collections.defaultdict(lambda: 1.), posemb_factor={'relative': 2.})
+  probes = 4 * 100 + 4 * 200 + 100 + 100  # Plain and strong at 1%, the plain ViT at 5%, 10%.
+  assert got == dict(probe=probes, sweep=2 * probes / 2, seeds=2 * probes / 2,
+                     posemb=2 * 3 * 50 * (1 + 1 + 1 + 2))  # 1% and 5%, three seeds.
+
+
+def test_round3_parts_pick_their_arms():
+  names = lambda arg: {r.name for r in grid_lib.load_grid(f'{ROUND3_GRID}:{arg}').runs}  # noqa: E731
+  assert len(names('parts=matched')) == 8 and 'r3_vit_plain_p10_probe' not in names(
+      'parts=matched')
+  assert names('parts=tenx') == {'r3_vit_plain_p1_probe', 'r3_vit_strong_p1_probe',
+                                 'r3_vit_plain_p10_probe'}
+  with pytest.raises(ValueError, match=r"Unknown part 'ssl' in parts=matched\+ssl"):
+    grid_lib.load_grid(f'{ROUND3_GRID}:parts=matched+ssl')

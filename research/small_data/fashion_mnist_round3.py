@@ -21,9 +21,11 @@ Arms: ViT, hybrid (at 28px like the others: `hybrid28`), ResNet and Swin, each p
 the strong recipe (`remedy=strong`: RandAugment(2, 10) + pad/flip + Mixup 0.2 + stochastic depth
 0.1, dropout 0.1 where the family has them; the plain Swin at stochastic depth 0 as the plain
 ViT) at 1%; the plain ViT at 5% (position embeddings) and 10% (the "10x data" test against the
-strong ViT at 1%). `:runlocal` shrinks it to smoke runs of the plain ViT at 40%.
+strong ViT at 1%). `:runlocal` shrinks it to three smoke runs of the plain ViT at 5% (probe,
+sweep, relative position embeddings) on 8 images per class.
 """
 
+import re
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from research.small_data import fashion_mnist_grid as round2
@@ -35,25 +37,39 @@ MODELS = (('vit', 'ViT'), ('hybrid28', 'hybrid'), ('resnet', 'ResNet'), ('swin',
 LABELS = dict(MODELS)
 RECIPES = {'plain': 'none', 'strong': 'strong'}  # Recipe → the study config's remedy.
 POSEMBS = ('none', 'learn_2d', 'sincos2d', 'relative')  # Beside the plain ViT arm's 'learn'.
-POSEMB_PCTS = (1, 5)
+POSEMB_PCTS = (1, 5)  # Smoke runs: 5 too.
 TENX = (('vit', 'strong', 1), ('vit', 'plain', 10))  # The "10x data" test's two arms.
 TENX_COL = '1% vs 10%'
 # Probes: round 2's plain ViT plateaued on validation by ~1,000 steps at 1% and ~2,000 at 5%,
 # while RandAugment + Mixup was still rising at 4,000 (1%): the strong recipe's probes run
 # `strong_probe_x` times longer.
+# `parts`: which of the round's parts run (matched: the 8 arms at 1%; tenx: the plain ViT at
+# 10%; posemb: the plain ViT at 5% and the position embeddings at 1% and 5%).
+PARTS = ('matched', 'tenx', 'posemb')
 OPTIONS = dict(seeds='3', lrs='5e-4+1.5e-3+4e-3', wds='0.05+0.3',
                probe_steps='1:3000+5:4000+10:5000', strong_probe_x='2', evals='10',
-               tolerance='0.005')
+               tolerance='0.005', parts='+'.join(PARTS))
 
 Arm = Tuple[str, str, int]  # (model, recipe, pct)
 
 
-def arms(runlocal: bool) -> Tuple[Arm, ...]:
-  """Every (model, recipe, pct) chosen on validation, in the order they run."""
+def arms(runlocal: bool, parts: str = '+'.join(PARTS)) -> Tuple[Arm, ...]:
+  """Every (model, recipe, pct) of `parts` chosen on validation, in the order they run."""
+  wanted = set(parts.split('+'))
+  unknown = sorted(wanted - set(PARTS))
+  if unknown:
+    raise ValueError(f'Unknown part {unknown[0]!r} in parts={parts}; use parts of '
+                     f'{"+".join(PARTS)}.')
   if runlocal:
-    return (('vit', 'plain', 40),)
-  matched = tuple((m, recipe, 1) for m, _ in MODELS for recipe in RECIPES)
-  return matched + (('vit', 'plain', 5), ('vit', 'plain', 10))
+    return (('vit', 'plain', 5),)
+  # Every part reads the ViT's 1% arms (posemb: plain's choice; tenx: strong's runs).
+  chosen = [(m, recipe, 1) for m, _ in MODELS for recipe in RECIPES
+            if 'matched' in wanted or m == 'vit']
+  if 'posemb' in wanted:
+    chosen.append(('vit', 'plain', 5))
+  if 'tenx' in wanted:
+    chosen.append(('vit', 'plain', 10))
+  return tuple(dict.fromkeys(chosen))
 
 
 def arm_name(arm: Arm) -> str:
@@ -70,7 +86,7 @@ def parse(arg: str) -> Tuple[Dict[str, str], bool]:
   parts, runlocal = config_lib.parse_arg(arg)
   opts = dict(OPTIONS)
   if runlocal:
-    opts.update(seeds='2', lrs='1.5e-3', wds='0.05', probe_steps='40:4', evals='2',
+    opts.update(seeds='1', lrs='1.5e-3', wds='0.05', probe_steps='5:4', evals='2',
                 strong_probe_x='1')
   for part in parts:
     key, sep, value = part.partition('=')
@@ -145,13 +161,15 @@ def seed_runs(choice: Choice, base: Dict, seeds: int) -> List[grid_lib.Run]:
 
 
 def posemb_runs(choice: Choice, base: Dict, seeds: int) -> List[grid_lib.Run]:
-  """The plain ViT's choice with each other position embedding, every seed."""
+  """The plain ViT's choice with each other position embedding, every seed (smoke runs:
+  'relative' only)."""
   lr, wd = choice.chosen
   pct = choice.arm[2]
+  posembs = ('relative',) if base.get('runlocal') else POSEMBS
   return [round2.run(f'r3_vit_pe-{pe}_p{pct}_s{s}',
                      dict(arm='posemb', posemb=pe, pct=pct, seed=s, lr=lr, wd=wd, chosen=True),
                      base, **_values(choice.arm, s, choice.budget, lr=lr, wd=wd, posemb=pe))
-          for pe in POSEMBS for s in range(seeds)]
+          for pe in posembs for s in range(seeds)]
 
 
 def grid_runs(opts: Mapping[str, str], runlocal: bool,
@@ -160,13 +178,13 @@ def grid_runs(opts: Mapping[str, str], runlocal: bool,
   of the arms whose choice is made: each stage after the one it depends on."""
   base = dict(root='{out}/data', runlocal='1' if runlocal else '')
   seeds = int(opts['seeds'])
-  choices = [Choice(arm, opts, records) for arm in arms(runlocal)]
+  choices = [Choice(arm, opts, records) for arm in arms(runlocal, opts['parts'])]
   runs = [probe_run(c.arm, base, opts) for c in choices]
   runs += [r for c in choices if c.budget is not None for r in sweep_runs(c, base)]
   chosen = [c for c in choices if c.chosen is not None]
   runs += [r for c in chosen for r in seed_runs(c, base, seeds)]
   runs += [r for c in chosen if c.arm[:2] == ('vit', 'plain') and c.arm[2] in POSEMB_PCTS
-           for r in posemb_runs(c, base, seeds)]
+           and 'posemb' in opts['parts'].split('+') for r in posemb_runs(c, base, seeds)]
   return runs
 
 
@@ -240,3 +258,48 @@ CLAIMS = (
     _claim(f'The kind matters little ({p}%): {pe} within 1 point of learn', 'r3_posemb', pe,
            'learn', p, kind='within')
     for p in POSEMB_PCTS for pe in POSEMBS[1:])
+
+
+# Seconds per training step (batch 128, evaluations included) measured in round 2
+# (docs/study/results.jsonl: wall time / steps, mean over its runs; 2 vCPUs, 2026-11-25): ViT
+# 0.135, ViT patch 4 (50 tokens) 0.338, hybrid at 32px 0.191, ResNet 0.359, Swin 0.391, the
+# ViT with RandAugment + Mixup 0.145 and with the regularisation 0.164. Derived: the strong
+# recipe adds both overheads (x1.29; the ResNet, without stochastic depth or dropout, only the
+# augmentation's, x1.07); hybrid28 (50 tokens, as patch 4) is patch 4 plus the root's cost at
+# 28px (0.056 at 32px, x(28/32)^2). Relative position embeddings cost x1.13 a ViT step (forward
+# + backward of the study ViT at batch 128, 'learn' and 'relative' interleaved, 3 x 10 steps,
+# 2026-11-26, this machine under other load).
+_STRONG = (0.145 + 0.164 - 0.135) / 0.135
+_HYBRID28 = 0.338 + (0.191 - 0.135) * (28 / 32)**2
+RATES = {('vit', 'plain'): 0.135, ('vit', 'strong'): 0.135 * _STRONG,
+         ('hybrid28', 'plain'): _HYBRID28, ('hybrid28', 'strong'): _HYBRID28 * _STRONG,
+         ('resnet', 'plain'): 0.359, ('resnet', 'strong'): 0.359 * 0.145 / 0.135,
+         ('swin', 'plain'): 0.391, ('swin', 'strong'): 0.391 * _STRONG}
+POSEMB_FACTOR = {'relative': 1.13}
+
+
+def estimate_seconds(arg: str, rates: Mapping[Tuple[str, str], float],
+                     posemb_factor: Mapping[str, float], budget_fraction: float = 0.5
+                     ) -> Dict[str, float]:
+  """Run time of each stage of `get_grid(arg)`, before any run: budgets are not known until the
+  probes ran, so each arm's budget is taken as `budget_fraction` of its probe's steps.
+
+  `rates`: seconds per step of (model, recipe); `posemb_factor`: a position embedding's step
+  time relative to 'learn' (1 where absent).
+  """
+  opts, runlocal = parse(arg)
+  seeds, sweep = int(opts['seeds']), len(select.parse_values(opts['lrs'], 'lrs')) * len(
+      select.parse_values(opts['wds'], 'wds'))
+  out = dict(probe=0., sweep=0., seeds=0., posemb=0.)
+  for arm in arms(runlocal, opts['parts']):
+    probe = probe_run(arm, {}, opts)
+    steps = int(re.search(r'steps=(\d+)', probe.command)[1])
+    rate = rates[arm[:2]]
+    budget = budget_fraction * steps
+    out['probe'] += rate * steps
+    out['sweep'] += rate * budget * sweep
+    out['seeds'] += rate * budget * (seeds - 1)
+    if (arm[:2] == ('vit', 'plain') and arm[2] in POSEMB_PCTS
+        and 'posemb' in opts['parts'].split('+')):
+      out['posemb'] += sum(rate * posemb_factor.get(pe, 1.) * budget * seeds for pe in POSEMBS)
+  return out

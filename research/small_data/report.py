@@ -333,6 +333,11 @@ def report_markdown(grid: grid_lib.Grid, records: Mapping[str, Dict[str, Any]], 
   return '\n\n'.join(parts) + '\n'
 
 
+def no_results_block(results: str) -> str:
+  """What a page's generated block holds before its grid has a results file."""
+  return f'No run of this grid has finished yet: {results} does not exist.\n'
+
+
 def doc_markers(marker: str = 'study') -> Tuple[str, str]:
   """The begin and end lines of a generated block ('study': round 2's; 'study3': round 3's)."""
   return f'<!-- {marker}:begin -->', f'<!-- {marker}:end -->'
