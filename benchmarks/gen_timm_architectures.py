@@ -165,11 +165,21 @@ def describe(name: str) -> Dict[str, Any]:
   return _describe_vit(model, record['depth'])
 
 
+def describe_vit_defaults() -> Dict[str, Any]:
+  """The entry of timm's `VisionTransformer()` built with its constructor's defaults alone."""
+  import torch
+  from timm.models import vision_transformer
+  record: Dict[str, Any] = {}
+  with _one_block_per_stage(record), torch.device('meta'):
+    model = vision_transformer.VisionTransformer()
+  return _describe_vit(model, record['depth'])
+
+
 def table() -> Dict[str, Dict[str, Any]]:
   return {name: describe(name) for name in published_architectures()}
 
 
-def module_text(entries: Dict[str, Dict[str, Any]]) -> str:
+def module_text(entries: Dict[str, Dict[str, Any]], vit_defaults: Dict[str, Any]) -> str:
   import timm
   header = (
       f'"""timm\'s ViT-family architectures with published weights (timm {timm.__version__}).\n'
@@ -183,30 +193,32 @@ def module_text(entries: Dict[str, Dict[str, Any]]) -> str:
       'Activation names are this package\'s (`gelu` exact, `gelu_tanh`, `quick_gelu`); `norm_eps`\n'
       'is the blocks\' LayerNorm epsilon; `mlp_dim` the hidden width of the blocks\' MLP; `None`\n'
       'means the model has no such part (fused parallel blocks, no attention pooling).\n'
+      '`VIT_DEFAULTS` is timm\'s `VisionTransformer()` with its constructor\'s defaults alone.\n'
       '"""\n\n'
       f'TIMM_VERSION = {timm.__version__!r}\n\n'
-      'ARCHITECTURES = {\n')
-  return header + ''.join(_entry_text(n, e) for n, e in entries.items()) + '}\n'
+      + _dict_text('VIT_DEFAULTS = dict(', vit_defaults, ')\n\n') + 'ARCHITECTURES = {\n')
+  return header + ''.join(_dict_text(f'    {n!r}: dict(', e, '),\n')
+                          for n, e in entries.items()) + '}\n'
 
 
-def _entry_text(name: str, entry: Dict[str, Any]) -> str:
-  """`    'name': dict(key=value, ...),` wrapped at 100 columns."""
+def _dict_text(opening: str, entry: Dict[str, Any], closing: str) -> str:
+  """`opening` + `key=value, ...` + `closing`, wrapped at 100 columns."""
   items = [f'{k}={v!r},' for k, v in entry.items()]
-  lines, line = [], f'    {name!r}: dict('
+  lines, line = [], opening
   for item in items:
     if len(line) + 1 + len(item) > 99:
       lines.append(line)
       line = '        ' + item
     else:
       line += ('' if line.endswith('(') else ' ') + item
-  lines.append(line[:-1] + '),')
-  return '\n'.join(lines) + '\n'
+  lines.append(line[:-1] + closing)
+  return '\n'.join(lines)
 
 
 def main() -> None:
   entries = table()
   with open(OUT, 'w', encoding='utf-8') as f:
-    f.write(module_text(entries))
+    f.write(module_text(entries, describe_vit_defaults()))
   print(f'{len(entries)} architectures → {os.path.normpath(OUT)}', file=sys.stderr)
 
 

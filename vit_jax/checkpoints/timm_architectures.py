@@ -9,9 +9,20 @@ Generated from timm's own model definitions; do not edit. Regenerate with
 Activation names are this package's (`gelu` exact, `gelu_tanh`, `quick_gelu`); `norm_eps`
 is the blocks' LayerNorm epsilon; `mlp_dim` the hidden width of the blocks' MLP; `None`
 means the model has no such part (fused parallel blocks, no attention pooling).
+`VIT_DEFAULTS` is timm's `VisionTransformer()` with its constructor's defaults alone.
 """
 
 TIMM_VERSION = '1.0.31'
+
+VIT_DEFAULTS = dict(family='vit', model_class='VisionTransformer', img_size=224, patch_size=16,
+        embed_dim=768, depth=12, block='Block', attention='Attention', mlp='Mlp', num_heads=12,
+        mlp_dim=3072, act_layer='gelu', norm_layer='LayerNorm', norm_eps=1e-06, qkv_bias=True,
+        qk_norm=False, proj_bias=True, scale_attn_norm=False, scale_mlp_norm=False,
+        init_values=None, global_pool='token', class_token=True, reg_tokens=0, distilled=False,
+        no_embed_class=False, pos_embed='learn', dynamic_img_size=False, pre_norm=False,
+        final_norm=True, fc_norm=False, patch_bias=True, embed_norm=False,
+        pool_include_prefix=False, num_classes=1000, attn_pool_num_heads=None,
+        attn_pool_mlp_dim=None, attn_pool_latent_len=None)
 
 ARCHITECTURES = {
     'aimv2_1b_patch14_224': dict(family='vit', model_class='VisionTransformer', img_size=224,
