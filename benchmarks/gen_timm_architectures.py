@@ -165,21 +165,24 @@ def describe(name: str) -> Dict[str, Any]:
   return _describe_vit(model, record['depth'])
 
 
-def describe_vit_defaults() -> Dict[str, Any]:
-  """The entry of timm's `VisionTransformer()` built with its constructor's defaults alone."""
+def describe_defaults() -> Dict[str, Dict[str, Any]]:
+  """{family: the entry of timm's class built with its constructor's defaults alone}."""
   import torch
+  from timm.models import swin_transformer
   from timm.models import vision_transformer
   record: Dict[str, Any] = {}
   with _one_block_per_stage(record), torch.device('meta'):
-    model = vision_transformer.VisionTransformer()
-  return _describe_vit(model, record['depth'])
+    vit = vision_transformer.VisionTransformer()
+    swin = swin_transformer.SwinTransformer()
+  return {'vit': _describe_vit(vit, record['depth']),
+          'swin': _describe_swin(swin, record['depths'])}
 
 
 def table() -> Dict[str, Dict[str, Any]]:
   return {name: describe(name) for name in published_architectures()}
 
 
-def module_text(entries: Dict[str, Dict[str, Any]], vit_defaults: Dict[str, Any]) -> str:
+def module_text(entries: Dict[str, Dict[str, Any]], defaults: Dict[str, Dict[str, Any]]) -> str:
   import timm
   header = (
       f'"""timm\'s ViT-family architectures with published weights (timm {timm.__version__}).\n'
@@ -193,10 +196,12 @@ def module_text(entries: Dict[str, Dict[str, Any]], vit_defaults: Dict[str, Any]
       'Activation names are this package\'s (`gelu` exact, `gelu_tanh`, `quick_gelu`); `norm_eps`\n'
       'is the blocks\' LayerNorm epsilon; `mlp_dim` the hidden width of the blocks\' MLP; `None`\n'
       'means the model has no such part (fused parallel blocks, no attention pooling).\n'
-      '`VIT_DEFAULTS` is timm\'s `VisionTransformer()` with its constructor\'s defaults alone.\n'
+      '`VIT_DEFAULTS` and `SWIN_DEFAULTS` describe timm\'s `VisionTransformer()` and\n'
+      '`SwinTransformer()` built with their constructors\' defaults alone.\n'
       '"""\n\n'
       f'TIMM_VERSION = {timm.__version__!r}\n\n'
-      + _dict_text('VIT_DEFAULTS = dict(', vit_defaults, ')\n\n') + 'ARCHITECTURES = {\n')
+      + _dict_text('VIT_DEFAULTS = dict(', defaults['vit'], ')\n\n')
+      + _dict_text('SWIN_DEFAULTS = dict(', defaults['swin'], ')\n\n') + 'ARCHITECTURES = {\n')
   return header + ''.join(_dict_text(f'    {n!r}: dict(', e, '),\n')
                           for n, e in entries.items()) + '}\n'
 
@@ -218,7 +223,7 @@ def _dict_text(opening: str, entry: Dict[str, Any], closing: str) -> str:
 def main() -> None:
   entries = table()
   with open(OUT, 'w', encoding='utf-8') as f:
-    f.write(module_text(entries, describe_vit_defaults()))
+    f.write(module_text(entries, describe_defaults()))
   print(f'{len(entries)} architectures → {os.path.normpath(OUT)}', file=sys.stderr)
 
 

@@ -9,7 +9,8 @@ Generated from timm's own model definitions; do not edit. Regenerate with
 Activation names are this package's (`gelu` exact, `gelu_tanh`, `quick_gelu`); `norm_eps`
 is the blocks' LayerNorm epsilon; `mlp_dim` the hidden width of the blocks' MLP; `None`
 means the model has no such part (fused parallel blocks, no attention pooling).
-`VIT_DEFAULTS` is timm's `VisionTransformer()` with its constructor's defaults alone.
+`VIT_DEFAULTS` and `SWIN_DEFAULTS` describe timm's `VisionTransformer()` and
+`SwinTransformer()` built with their constructors' defaults alone.
 """
 
 TIMM_VERSION = '1.0.31'
@@ -23,6 +24,11 @@ VIT_DEFAULTS = dict(family='vit', model_class='VisionTransformer', img_size=224,
         final_norm=True, fc_norm=False, patch_bias=True, embed_norm=False,
         pool_include_prefix=False, num_classes=1000, attn_pool_num_heads=None,
         attn_pool_mlp_dim=None, attn_pool_latent_len=None)
+
+SWIN_DEFAULTS = dict(family='swin', model_class='SwinTransformer', img_size=224, patch_size=4,
+        embed_dim=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24), window_size=(7, 7, 7, 7),
+        mlp_ratio=4.0, act_layer='gelu', norm_layer='LayerNorm', norm_eps=1e-05, qkv_bias=True,
+        global_pool='avg', absolute_pos_embed=False, num_classes=1000)
 
 ARCHITECTURES = {
     'aimv2_1b_patch14_224': dict(family='vit', model_class='VisionTransformer', img_size=224,
