@@ -246,7 +246,7 @@ def declared_architecture(config: Optional[dict], width: int
           f'{" or ".join(missing)}: add "model_args": {{{example}}} to its config.json '
           '(or regenerate the table with benchmarks/gen_timm_architectures.py under a timm '
           'that has it).')
-    entry = timm_architectures.VIT_DEFAULTS
+    entry = dict(timm_architectures.VIT_DEFAULTS, embed_dim=width)  # Sizes: the weights'.
     assumed.append(f'layer_norm_eps {entry["norm_eps"]} and the rest model_args leave out: '
                    f'timm\'s VisionTransformer defaults ({name} is not in the table of timm '
                    f'{timm_architectures.TIMM_VERSION})')
