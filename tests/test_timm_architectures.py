@@ -8,7 +8,9 @@ width, depth, patch, image, classes); one architecture per group (the smallest, 
 named in NAMED) is built by timm at its real width with one block per stage and a 2x2 patch
 grid (Swin: its window x 32 px), noised, and saved as the hub publishes it (model.safetensors
 + config.json with `architecture` and `pretrained_cfg`, no `model_args`). This package loads
-it with timm's logits (within 2e-5 of the largest) or refuses it in one line naming it.
+it with timm's logits (within 2e-5 of the largest) or refuses it in one line naming it;
+a loaded ViT exported back (`timm_export`) names the same architecture with model_args for
+what differs only, and timm rebuilds it with the same logits.
 What distinguishes the members of a group (heads, widths) is checked for each of them by the
 table test.
 """
@@ -25,12 +27,14 @@ import pytest
 from vit_jax import models
 from vit_jax.checkpoints import loading
 from vit_jax.checkpoints import timm_architectures
+from vit_jax.checkpoints import timm_export
 from vit_jax.checkpoints import timm_vit
 from vit_jax.checkpoints.npz_format import CheckpointError
 
 torch = pytest.importorskip('torch')
 timm = pytest.importorskip('timm')
 from timm.models import save_for_hf  # noqa: E402
+from safetensors.numpy import load_file  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'benchmarks'))
 import gen_timm_architectures  # noqa: E402  # A script in benchmarks/, not part of the package.
@@ -123,6 +127,26 @@ def test_hub_folder_as_published(name, tmp_path):
   got = jax.jit(lambda p, v: model.apply({'params': p}, v, train=False))(
       loaded.params, jnp.asarray(x))
   assert np.abs(np.asarray(got) - want).max() < 2e-5 * max(1., np.abs(want).max()), name
+  if TABLE[name]['family'] == 'vit':
+    check_export(name, loaded, x, want, tmp_path / 'export')
+
+
+def check_export(name, loaded, x, want, directory):
+  """export_timm writes the architecture and only what differs from timm's definition of it
+  (here what the test changed); timm rebuilds the same model from them."""
+  timm_export.export(loaded.params, loaded.config.to_dict(), str(directory),
+                     num_classes=loaded.num_classes, image_size=x.shape[1])
+  with open(directory / 'config.json') as f:
+    config = json.load(f)
+  changed = {'num_classes', 'depth', 'img_size'} | (
+      set() if TABLE[name]['qkv_bias'] else {'qkv_bias'})  # Written as zeros.
+  assert config['architecture'] == name and set(config['model_args']) <= changed, config
+  net = timm.create_model(name, pretrained=False, **config['model_args']).eval()
+  net.load_state_dict({k: torch.from_numpy(v) for k, v in
+                       load_file(str(directory / 'model.safetensors')).items()})
+  with torch.no_grad():
+    back = net(torch.from_numpy(x.transpose(0, 3, 1, 2).copy())).numpy()
+  assert np.abs(back - want).max() < 2e-5 * max(1., np.abs(want).max()), name
 
 
 def test_unknown_architecture_without_model_args_is_one_line():
