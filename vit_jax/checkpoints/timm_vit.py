@@ -189,9 +189,9 @@ def is_vit(state_dict: Mapping[str, Any], timm_config: Optional[dict]) -> bool:
   """timm's VisionTransformer (and DeiT's distilled subclass): fused qkv, no CNN stem."""
   name = str((timm_config or {}).get('architecture', ''))
   entry = timm_architectures.ARCHITECTURES.get(name)
-  if entry is not None and entry['family'] != 'vit':
-    return False
-  if entry is None and name and not name.startswith(('vit_', 'deit_', 'deit3_', 'vit-')):
+  if entry is not None:  # timm's definition says; its parts are checked on conversion.
+    return entry['family'] == 'vit' and 'patch_embed.proj.weight' in state_dict
+  if name and not name.startswith(('vit_', 'deit_', 'deit3_', 'vit-')):
     return False
   if name.startswith(('vit_base_r', 'vit_large_r', 'vit_small_r', 'vit_tiny_r')):
     return False
@@ -276,7 +276,8 @@ def _unsupported_parts(d: Mapping[str, Any], sd: Mapping[str, Any]) -> List[str]
       (d['proj_bias'] is False, 'an attention output projection without bias'),
       (bool(d['embed_norm']), 'a norm after the patch embedding'),
       (d['pos_embed'] not in ('learn', 'none'), f'pos_embed={d["pos_embed"]!r}'),
-      ('norm.weight' not in sd and 'fc_norm.weight' not in sd, 'no final LayerNorm'),
+      ('norm.weight' not in sd and 'fc_norm.weight' not in sd,
+       'to end without a LayerNorm (no norm, no fc_norm)'),
       (d['pool_include_prefix'] and d['global_pool'] != 'map',
        'prefix tokens in the average pooling'),
       (d['global_pool'] == 'map' and not d['pool_include_prefix'] and (
