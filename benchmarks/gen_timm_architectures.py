@@ -1,6 +1,6 @@
 """Writes vit_jax/checkpoints/timm_architectures.py: timm's ViT-family architectures, as data.
 
-    PYTHONPATH=. python benchmarks/gen_timm_architectures.py
+    python benchmarks/gen_timm_architectures.py
 
 Every architecture of timm's `vision_transformer`, `deit` and `swin_transformer` modules with
 published weights (`timm.list_models(pretrained=True)`) is built by timm itself on the meta
@@ -15,13 +15,16 @@ import contextlib
 import functools
 import inspect
 import os
-import sys
 from typing import Any, Dict, Iterator, List, Tuple
+
+from absl import app
+from absl import flags
 
 MODULES = ('vision_transformer', 'deit', 'swin_transformer')
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'vit_jax', 'checkpoints',
                    'timm_architectures.py')
-COMMAND = 'PYTHONPATH=. python benchmarks/gen_timm_architectures.py'
+_OUT = flags.DEFINE_string('out', os.path.normpath(OUT), 'Where to write the table module.')
+COMMAND = 'python benchmarks/gen_timm_architectures.py'
 
 
 def published_architectures() -> List[str]:
@@ -220,12 +223,14 @@ def _dict_text(opening: str, entry: Dict[str, Any], closing: str) -> str:
   return '\n'.join(lines)
 
 
-def main() -> None:
+def main(argv: List[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments {argv[1:]}')
   entries = table()
-  with open(OUT, 'w', encoding='utf-8') as f:
+  with open(_OUT.value, 'w', encoding='utf-8') as f:
     f.write(module_text(entries, describe_defaults()))
-  print(f'{len(entries)} architectures → {os.path.normpath(OUT)}', file=sys.stderr)
+  print(f'{len(entries)} architectures -> {_OUT.value}')
 
 
 if __name__ == '__main__':
-  main()
+  app.run(main)

@@ -2,7 +2,7 @@
 
 Generated from timm's own model definitions; do not edit. Regenerate with
 
-    PYTHONPATH=. python benchmarks/gen_timm_architectures.py
+    python benchmarks/gen_timm_architectures.py
 
 `ARCHITECTURES[name]` describes the model `timm.create_model(name)` builds: ViTs
 (family 'vit': modules vision_transformer and deit) and Swin v1 (family 'swin').
