@@ -163,3 +163,11 @@ def test_unknown_architecture_without_model_args_is_one_line():
        'model_args': {'num_heads': 2, 'act_layer': 'gelu_tanh'}}, width)
   assert (declared['num_heads'], declared['act_layer']) == (2, 'gelu_tanh')
   assert any('vit_future_patch16_224' in a for a in assumed)
+
+
+def test_weights_of_another_width_are_refused_in_one_line():
+  """The table's heads belong to the architecture's width: other weights must say theirs."""
+  state = {'patch_embed.proj.weight': np.zeros((32, 3, 16, 16), np.float32)}
+  with pytest.raises(timm_vit.TimmFormatError) as e:
+    timm_vit.convert_vit(state, {'architecture': 'vit_small_patch16_224'})
+  assert '32 wide' in str(e.value) and '384 wide' in str(e.value) and '\n' not in str(e.value)

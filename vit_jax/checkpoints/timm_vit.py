@@ -359,15 +359,15 @@ def _vit_fields(sd: Mapping[str, np.ndarray], declared: Mapping[str, Any], name:
 
 def _check_declared(declared: Mapping[str, Any], sd: Mapping[str, Any], name: str) -> None:
   """One line if the declared model is one this package cannot run or the weights contradict."""
-  needs = _unsupported_parts(declared, sd)
-  if needs:
-    raise TimmFormatError(f'timm model {name} is not supported: it needs {"; ".join(needs)}.')
   width, heads = sd['patch_embed.proj.weight'].shape[0], declared['num_heads']
   if width != declared['embed_dim']:
     raise TimmFormatError(
         f'the weights are {width} wide but timm\'s {name} is {declared["embed_dim"]} wide; if '
         f'they are another model, state it: "model_args": {{"embed_dim": {width}, '
         '"num_heads": ...} in config.json.')
+  needs = _unsupported_parts(declared, sd)
+  if needs:
+    raise TimmFormatError(f'timm model {name} is not supported: it needs {"; ".join(needs)}.')
   if width % heads:
     raise TimmFormatError(f'{heads} heads do not divide the width {width} of {name}\'s weights; '
                           'state num_heads in config.json\'s "model_args".')
