@@ -105,9 +105,6 @@ NOT_RUN = (
      'runs its arms, shrunk)'),
     (r'fmnist_bottleneck', 'a record: the config comes from git history (git show c9cf345)'),
     (r'--report', 'rewrites the repo\'s docs/ from a finished runs/study'),
-    (r'^python benchmarks/gen_timm_architectures\.py', 'rewrites the repo\'s '
-     'vit_jax/checkpoints/timm_architectures.py (test_timm_architectures.py regenerates it in '
-     'memory and compares)'),
     (r'^python -m (vit_jax|research)\.\w+$', 'a module named in prose'),
 )
 
