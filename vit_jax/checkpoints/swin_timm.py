@@ -18,7 +18,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from vit_jax import models_swin
 from vit_jax import presets
+from vit_jax.checkpoints import timm_architectures
 
 Params = Dict[str, Any]
 
@@ -186,6 +188,7 @@ def convert(state_dict: Mapping[str, Any], timm_config: Optional[Mapping[str, An
   """
   params, assumed = params_from_timm(state_dict), []
   fields = swin_fields(params)
+  check_declared(declared_swin(timm_config), fields)
   fields['num_classes'] = int(params['head']['bias'].shape[0]) if 'head' in params else 0
   size = ((timm_config or {}).get('pretrained_cfg') or {}).get('input_size')
   stride = fields['patches']['size'][0] * 2**(len(fields['depths']) - 1)
@@ -197,6 +200,54 @@ def convert(state_dict: Mapping[str, Any], timm_config: Optional[Mapping[str, An
                    f'stride {stride}; no config.json input_size)')
   assumed.append('drop-path rate (training only; not in the file)')
   return params, fields, assumed
+
+
+# The declared parts `models_swin.SwinTransformer` has (timm's names, `timm_architectures`' terms).
+_RUNS = dict(act_layer='gelu', norm_layer='LayerNorm', norm_eps=models_swin.LN_EPS, qkv_bias=True,
+             absolute_pos_embed=False, global_pool='avg')
+
+
+def declared_swin(timm_config: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
+  """The Swin that config.json declares: the table's entry for its architecture with its
+  model_args over it (an architecture the table lacks: timm's `SwinTransformer()` defaults under
+  model_args that state `act_layer`); None without a config.json.
+
+  Raises:
+    SwinConversionError: one line for an architecture nothing describes, and how to state it.
+  """
+  if timm_config is None:
+    return None
+  name = timm_config.get('architecture') or '(none named)'
+  args = timm_config.get('model_args') or {}
+  entry = timm_architectures.ARCHITECTURES.get(name)
+  if entry is None or entry['family'] != 'swin':
+    if 'act_layer' not in args:
+      raise SwinConversionError(
+          f'architecture {name} is not in the table of timm '
+          f'{timm_architectures.TIMM_VERSION} architectures, and its weights cannot tell the '
+          'activation: add "model_args": {"act_layer": ...} to its config.json.')
+    entry = timm_architectures.SWIN_DEFAULTS
+  declared = dict(entry)
+  declared.update({k: v for k, v in args.items() if k in declared})
+  if isinstance(declared['window_size'], int):
+    declared['window_size'] = (declared['window_size'],) * len(declared['depths'])
+  return declared
+
+
+def check_declared(declared: Optional[Mapping[str, Any]], fields: Mapping[str, Any]) -> None:
+  """One line if the declared Swin is one `models_swin` cannot run or the weights contradict."""
+  if declared is None:
+    return
+  needs = [f'{k}={declared[k]!r}' for k, v in _RUNS.items() if declared[k] != v]
+  if len(set(declared['window_size'])) != 1:
+    needs.append(f'windows {tuple(declared["window_size"])} differing per stage')
+  if needs:
+    raise SwinConversionError(f'it needs {", ".join(needs)}.')
+  for key in ('embed_dim', 'num_heads'):
+    if tuple(np.atleast_1d(declared[key])) != tuple(np.atleast_1d(fields[key])):
+      raise SwinConversionError(
+          f'its weights have {key} {fields[key]}, the architecture {declared[key]}; state '
+          f'the weights\' values in config.json\'s "model_args".')
 
 
 def _progression_offsets(src: int, dst: int) -> np.ndarray:

@@ -11,6 +11,7 @@ from typing import Any, Dict, Mapping, Sequence, Tuple
 
 from vit_jax import presets
 from vit_jax.checkpoints import npz_format
+from vit_jax.checkpoints import timm_architectures
 from vit_jax.checkpoints import timm_vit
 from vit_jax.checkpoints.timm_files import CONFIG_FILE, WEIGHTS_FILE, TimmFormatError
 
@@ -22,12 +23,42 @@ def _timm_pool(classifier: str) -> Tuple[bool, str]:
           'unpooled': (False, '')}[classifier]
 
 
+def _architecture(c: Mapping[str, Any]) -> str:
+  """The timm architecture to write: the config's `model_name` when the table has it as a ViT,
+  else timm's ViT-B/16 (DeiT's distilled one), with every differing size in model_args."""
+  name = str(c.get('model_name') or '')
+  entry = timm_architectures.ARCHITECTURES.get(name)
+  if entry is not None and entry['family'] == 'vit':
+    return name
+  return 'deit_base_distilled_patch16_224' if c.get('distilled') else 'vit_base_patch16_224'
+
+
+def _mlp_ratio(mlp_dim: int, width: int) -> float:
+  """A ratio with int(width * ratio) == mlp_dim, as timm sizes the MLP."""
+  ratio = mlp_dim / width
+  return ratio if int(width * ratio) == mlp_dim else (mlp_dim + 0.5) / width
+
+
+def _differing(args: Dict[str, Any], entry: Mapping[str, Any]) -> Dict[str, Any]:
+  """`args` less what timm's definition of the architecture already says."""
+  same = {k for k, v in args.items() if k in entry and entry[k] == v}
+  if 'embed_dim' in same and int(args['embed_dim'] * args['mlp_ratio']) == entry['mlp_dim']:
+    same.add('mlp_ratio')  # Else timm sizes the MLP from its own ratio and the written width.
+  if (args['init_values'] is None) == (entry['init_values'] is None):
+    same.add('init_values')  # An init value only: the weights hold the trained scale.
+  if 'global_pool' not in same:
+    same.discard('fc_norm')  # timm derives fc_norm from global_pool unless it is given.
+  same.discard('num_classes')  # Always written: the head of these weights.
+  return {k: v for k, v in args.items() if k not in same}
+
+
 def timm_model_args(model_config: Mapping[str, Any], num_classes: int,
                     image_size: int) -> Tuple[str, Dict[str, Any]]:
   """(architecture, model_args) for `timm.create_model(architecture, **model_args)`.
 
-  The architecture is the config's `model_name` when it is a timm name (its LayerNorm epsilon
-  comes from there), else timm's ViT-B/16 (DeiT's distilled one) with every size overridden.
+  The architecture is the config's `model_name` when timm has it (`timm_architectures`), else
+  timm's ViT-B/16 (DeiT's distilled one); model_args hold what differs from timm's definition
+  of that architecture (and the number of classes), so timm builds the same model.
 
   Raises:
     TimmFormatError: for what timm's ViT cannot hold (hybrids, pre_logits, 2-D or sin-cos
@@ -38,12 +69,11 @@ def timm_model_args(model_config: Mapping[str, Any], num_classes: int,
              'pre_logits' if c.get('representation_size') is not None else
              f'posemb {c.get("posemb")}' if c.get('posemb', 'learn') not in ('learn', 'none')
              else None)
-  name = str(c.get('model_name') or '')
-  if not name.startswith(('vit_', 'deit_', 'deit3_')):
-    name = 'deit_base_distilled_patch16_224' if c.get('distilled') else 'vit_base_patch16_224'
-  eps = 1e-5 if '_clip_' in name else 1e-6
-  if problem is None and not math.isclose(c.get('layer_norm_eps', 1e-6), eps):
-    problem = f'LayerNorm epsilon {c.get("layer_norm_eps")} with architecture {name}'
+  name = _architecture(c)
+  entry = timm_architectures.ARCHITECTURES[name]
+  if problem is None and not math.isclose(c.get('layer_norm_eps', 1e-6), entry['norm_eps']):
+    problem = (f'LayerNorm epsilon {c.get("layer_norm_eps")}; timm\'s {name} has '
+               f'{entry["norm_eps"]}')
   if problem is None and c.get('patch_bias', True) == c.get('norm_pre', False):
     problem = 'a patch-embedding bias together with norm_pre, or neither (timm: one of them)'
   if problem:
@@ -53,15 +83,13 @@ def timm_model_args(model_config: Mapping[str, Any], num_classes: int,
   args = dict(
       img_size=int(image_size), patch_size=int(c['patches']['size'][0]),
       embed_dim=int(c['hidden_size']), depth=int(t['num_layers']),
-      num_heads=int(t['num_heads']), mlp_ratio=t['mlp_dim'] / c['hidden_size'],
+      num_heads=int(t['num_heads']), mlp_ratio=_mlp_ratio(t['mlp_dim'], c['hidden_size']),
       num_classes=int(num_classes), class_token=class_token, global_pool=pool,
       act_layer=c.get('activation', 'gelu_tanh'), qkv_bias=True,
       init_values=c.get('layer_scale') or None, reg_tokens=int(c.get('num_registers', 0)),
       no_embed_class=bool(c.get('no_embed_class')), pre_norm=bool(c.get('norm_pre')),
-      fc_norm=bool(c.get('fc_norm')))
-  if c.get('posemb') == 'none':
-    args['pos_embed'] = 'none'
-  return name, args
+      fc_norm=bool(c.get('fc_norm')), pos_embed='none' if c.get('posemb') == 'none' else 'learn')
+  return name, _differing(args, entry)
 
 
 def export(params: Mapping[str, Any], model_config: Mapping[str, Any], directory: str, *,
@@ -77,8 +105,9 @@ def export(params: Mapping[str, Any], model_config: Mapping[str, Any], directory
   name, args = timm_model_args(model_config, num_classes, image_size)
   state = timm_vit.vit_flat_to_state(npz_format.flatten(params))
   config = dict(
-      architecture=name, num_classes=int(num_classes), num_features=int(args['embed_dim']),
-      global_pool=args['global_pool'], model_args=args,
+      architecture=name, num_classes=int(num_classes),
+      num_features=int(model_config['hidden_size']),
+      global_pool=_timm_pool(model_config['classifier'])[1], model_args=args,
       pretrained_cfg=dict(input_size=[3, int(image_size), int(image_size)],
                           fixed_input_size=True, interpolation='bilinear', crop_pct=1.0,
                           crop_mode='center', mean=list(mean), std=list(std),

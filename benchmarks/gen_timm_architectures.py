@@ -1,0 +1,236 @@
+"""Writes vit_jax/checkpoints/timm_architectures.py: timm's ViT-family architectures, as data.
+
+    python benchmarks/gen_timm_architectures.py
+
+Every architecture of timm's `vision_transformer`, `deit` and `swin_transformer` modules with
+published weights (`timm.list_models(pretrained=True)`) is built by timm itself on the meta
+device (no memory, no weights) and described from the built model: widths, heads, MLP width,
+activation, norm and epsilon, pooling, prefix tokens and the block parts this package's loader
+must know about. Depth is the factory's own `depth` (or `depths`) argument; the model is built
+with one block per stage so that describing all of them takes seconds, not minutes.
+tests/test_timm_architectures.py regenerates the table in memory and compares it with the file.
+"""
+
+import contextlib
+import functools
+import inspect
+import os
+from typing import Any, Dict, Iterator, List, Tuple
+
+from absl import app
+from absl import flags
+
+MODULES = ('vision_transformer', 'deit', 'swin_transformer')
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'vit_jax', 'checkpoints',
+                   'timm_architectures.py')
+_OUT = flags.DEFINE_string('out', os.path.normpath(OUT), 'Where to write the table module.')
+COMMAND = 'python benchmarks/gen_timm_architectures.py'
+
+
+def published_architectures() -> List[str]:
+  """Names (no weight tag) in `MODULES` with at least one published weight in this timm."""
+  import timm
+  from timm.models import get_arch_name
+  return sorted({get_arch_name(m) for module in MODULES
+                 for m in timm.list_models(module=module, pretrained=True)})
+
+
+@contextlib.contextmanager
+def _one_block_per_stage(record: Dict[str, Any]) -> Iterator[None]:
+  """Builds ViTs with depth 1 and Swins with one block per stage; records the real depth."""
+  from timm.models import swin_transformer
+  from timm.models import vision_transformer
+  patched = []
+  for cls, key, shallow in ((vision_transformer.VisionTransformer, 'depth', lambda d: 1),
+                            (swin_transformer.SwinTransformer, 'depths',
+                             lambda d: (1,) * len(d))):
+    original = cls.__init__
+
+    @functools.wraps(original)
+    def init(self, *args, _original=original, _key=key, _shallow=shallow, **kwargs):
+      bound = inspect.signature(_original).bind(self, *args, **kwargs)
+      bound.apply_defaults()
+      record[_key] = bound.arguments[_key]
+      bound.arguments[_key] = _shallow(bound.arguments[_key])
+      _original(*bound.args, **bound.kwargs)
+
+    cls.__init__ = init
+    patched.append((cls, original))
+  try:
+    yield
+  finally:
+    for cls, original in patched:
+      cls.__init__ = original
+
+
+def _activation(act: Any) -> str:
+  name = type(act).__name__
+  if name == 'GELU':
+    return 'gelu' if act.approximate == 'none' else 'gelu_tanh'
+  return {'GELUTanh': 'gelu_tanh', 'QuickGELU': 'quick_gelu', 'SiLU': 'silu'}.get(
+      name, name.lower())
+
+
+def _is(module: Any, name: str = 'Identity') -> bool:
+  return module is not None and type(module).__name__ == name
+
+
+def _norm(norm: Any) -> Tuple[str, float]:
+  return type(norm).__name__, float(norm.eps)
+
+
+def _pair(x: Any) -> int:
+  x = tuple(x) if isinstance(x, (tuple, list)) else (x, x)
+  if x[0] != x[1]:
+    raise ValueError(f'non-square {x}')
+  return int(x[0])
+
+
+def _vit_block(block: Any) -> Dict[str, Any]:
+  """What the first block is made of (every block of these models is alike)."""
+  attn, mlp = getattr(block, 'attn', None), getattr(block, 'mlp', None)
+  if attn is None or mlp is None:  # Parallel blocks fuse both.
+    return dict(block=type(block).__name__, attention=None, mlp=None, num_heads=None,
+                mlp_dim=None, act_layer=None, norm_layer=None, norm_eps=None, qkv_bias=None,
+                qk_norm=None, proj_bias=None, scale_attn_norm=None, scale_mlp_norm=None,
+                init_values=None)
+  norm, eps = _norm(block.norm1)
+  qkv = getattr(attn, 'qkv', None)
+  return dict(
+      block=type(block).__name__, attention=type(attn).__name__, mlp=type(mlp).__name__,
+      num_heads=int(attn.num_heads), mlp_dim=int(mlp.fc2.in_features),
+      act_layer=_activation(mlp.act), norm_layer=norm, norm_eps=eps,
+      qkv_bias=None if qkv is None else qkv.bias is not None,
+      qk_norm=not _is(getattr(attn, 'q_norm', None)),
+      proj_bias=attn.proj.bias is not None,
+      scale_attn_norm=not _is(getattr(attn, 'norm', None)),
+      scale_mlp_norm=not _is(getattr(mlp, 'norm', None)),
+      init_values=(float(block.ls1.init_values) if _is(getattr(block, 'ls1', None), 'LayerScale')
+                   else None))
+
+
+def _attn_pool(pool: Any) -> Dict[str, Any]:
+  if pool is None:
+    return dict(attn_pool_num_heads=None, attn_pool_mlp_dim=None, attn_pool_latent_len=None)
+  return dict(attn_pool_num_heads=int(pool.num_heads),
+              attn_pool_mlp_dim=int(pool.mlp.fc2.in_features),
+              attn_pool_latent_len=int(pool.latent_len))
+
+
+def _describe_vit(model: Any, depth: int) -> Dict[str, Any]:
+  embed = model.patch_embed
+  entry = dict(
+      family='vit', model_class=type(model).__name__,
+      img_size=_pair(embed.img_size), patch_size=_pair(embed.patch_size),
+      embed_dim=int(model.embed_dim), depth=int(depth))
+  entry.update(_vit_block(model.blocks[0]))
+  entry.update(
+      global_pool=model.global_pool, class_token=model.cls_token is not None,
+      reg_tokens=int(model.num_reg_tokens),
+      distilled=getattr(model, 'dist_token', None) is not None,
+      no_embed_class=bool(model.no_embed_class),
+      pos_embed='none' if model.pos_embed is None else 'learn',
+      dynamic_img_size=bool(model.dynamic_img_size),
+      pre_norm=not _is(model.norm_pre), final_norm=not _is(model.norm),
+      fc_norm=not _is(model.fc_norm), patch_bias=embed.proj.bias is not None,
+      embed_norm=not _is(embed.norm), pool_include_prefix=bool(model.pool_include_prefix),
+      num_classes=int(model.num_classes))
+  entry.update(_attn_pool(model.attn_pool))
+  return entry
+
+
+def _describe_swin(model: Any, depths: Tuple[int, ...]) -> Dict[str, Any]:
+  stages = list(model.layers)
+  blocks = [stage.blocks[0] for stage in stages]
+  norm, eps = _norm(blocks[0].norm1)
+  return dict(
+      family='swin', model_class=type(model).__name__,
+      img_size=_pair(model.patch_embed.img_size), patch_size=_pair(model.patch_embed.patch_size),
+      embed_dim=int(model.embed_dim), depths=tuple(int(d) for d in depths),
+      num_heads=tuple(int(b.attn.num_heads) for b in blocks),
+      window_size=tuple(_pair(b.window_size) for b in blocks),
+      mlp_ratio=blocks[0].mlp.fc1.out_features / blocks[0].mlp.fc1.in_features,
+      act_layer=_activation(blocks[0].mlp.act), norm_layer=norm, norm_eps=eps,
+      qkv_bias=blocks[0].attn.qkv.bias is not None, global_pool=model.head.global_pool.pool_type,
+      absolute_pos_embed=getattr(model, 'absolute_pos_embed', None) is not None,
+      num_classes=int(model.num_classes))
+
+
+def describe(name: str) -> Dict[str, Any]:
+  """The table entry of timm architecture `name` (see the module docstring)."""
+  import timm
+  import torch
+  record: Dict[str, Any] = {}
+  with _one_block_per_stage(record), torch.device('meta'):
+    model = timm.create_model(name, pretrained=False)
+  if 'depths' in record:
+    return _describe_swin(model, record['depths'])
+  return _describe_vit(model, record['depth'])
+
+
+def describe_defaults() -> Dict[str, Dict[str, Any]]:
+  """{family: the entry of timm's class built with its constructor's defaults alone}."""
+  import torch
+  from timm.models import swin_transformer
+  from timm.models import vision_transformer
+  record: Dict[str, Any] = {}
+  with _one_block_per_stage(record), torch.device('meta'):
+    vit = vision_transformer.VisionTransformer()
+    swin = swin_transformer.SwinTransformer()
+  return {'vit': _describe_vit(vit, record['depth']),
+          'swin': _describe_swin(swin, record['depths'])}
+
+
+def table() -> Dict[str, Dict[str, Any]]:
+  return {name: describe(name) for name in published_architectures()}
+
+
+def module_text(entries: Dict[str, Dict[str, Any]], defaults: Dict[str, Dict[str, Any]]) -> str:
+  import timm
+  header = (
+      f'"""timm\'s ViT-family architectures with published weights (timm {timm.__version__}).\n'
+      '\n'
+      'Generated from timm\'s own model definitions; do not edit. Regenerate with\n'
+      '\n'
+      f'    {COMMAND}\n'
+      '\n'
+      '`ARCHITECTURES[name]` describes the model `timm.create_model(name)` builds: ViTs\n'
+      '(family \'vit\': modules vision_transformer and deit) and Swin v1 (family \'swin\').\n'
+      'Activation names are this package\'s (`gelu` exact, `gelu_tanh`, `quick_gelu`); `norm_eps`\n'
+      'is the blocks\' LayerNorm epsilon; `mlp_dim` the hidden width of the blocks\' MLP; `None`\n'
+      'means the model has no such part (fused parallel blocks, no attention pooling).\n'
+      '`VIT_DEFAULTS` and `SWIN_DEFAULTS` describe timm\'s `VisionTransformer()` and\n'
+      '`SwinTransformer()` built with their constructors\' defaults alone.\n'
+      '"""\n\n'
+      f'TIMM_VERSION = {timm.__version__!r}\n\n'
+      + _dict_text('VIT_DEFAULTS = dict(', defaults['vit'], ')\n\n')
+      + _dict_text('SWIN_DEFAULTS = dict(', defaults['swin'], ')\n\n') + 'ARCHITECTURES = {\n')
+  return header + ''.join(_dict_text(f'    {n!r}: dict(', e, '),\n')
+                          for n, e in entries.items()) + '}\n'
+
+
+def _dict_text(opening: str, entry: Dict[str, Any], closing: str) -> str:
+  """`opening` + `key=value, ...` + `closing`, wrapped at 100 columns."""
+  items = [f'{k}={v!r},' for k, v in entry.items()]
+  lines, line = [], opening
+  for item in items:
+    if len(line) + 1 + len(item) > 99:
+      lines.append(line)
+      line = '        ' + item
+    else:
+      line += ('' if line.endswith('(') else ' ') + item
+  lines.append(line[:-1] + closing)
+  return '\n'.join(lines)
+
+
+def main(argv: List[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments {argv[1:]}')
+  entries = table()
+  with open(_OUT.value, 'w', encoding='utf-8') as f:
+    f.write(module_text(entries, describe_defaults()))
+  print(f'{len(entries)} architectures -> {_OUT.value}')
+
+
+if __name__ == '__main__':
+  app.run(main)
