@@ -128,6 +128,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval_every = 100  # Evaluate every so many steps (and at the end).
   c.checkpoint_every = 1_000  # Orbax checkpoint every so many steps (and at the end); 0 = end only.
   c.keep_checkpoints = 3  # Checkpoints kept in workdir/checkpoints.
+  # Continue a run directory whose record (workdir/run.json) names other data or config
+  # (recorded there); off: such a rerun stops before writing anything.
+  c.allow_changed_inputs = False
   return c
 
 
