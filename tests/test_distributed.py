@@ -317,7 +317,7 @@ def test_an_error_in_one_process_ends_the_other_with_one_line(tmp_path, error):
            launch_failing(config_path, workdir, process_id=1, port=port, raise_at_eval=error,
                           args=args)]
   with concurrent.futures.ThreadPoolExecutor(2) as pool:
-    ended = list(pool.map(lambda p: (p.communicate(timeout=200)[0], time.time()), procs))
+    ended = list(pool.map(lambda p: (p.communicate(timeout=400)[0], time.time()), procs))
   outputs = [out for out, _ in ended]
   assert [p.returncode for p in procs] == [1, 1], outputs[0][-3000:] + outputs[1][-3000:]
   # Within a few watchdog beats of the failure, far from the peer timeout (60 s) and from

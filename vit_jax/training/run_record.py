@@ -37,13 +37,13 @@ from vit_jax.training import parallel
 RECORD_FILE = 'run.json'
 # Config fields a rerun may change without changing what the weights are trained on or with:
 # how long (raising total_steps continues a finished run), how often it logs, evaluates and
-# saves, the eval batch, where the data is found (its identity is compared instead: a moved
-# folder is the same data) and this option itself. The split strings are compared as part of the
-# dataset's identity.
+# saves, the eval batch, how params are laid out over devices (fsdp computes what replicated
+# does), where the data is found (its identity is compared instead: a moved folder is the same
+# data) and this option itself. The split strings are compared as part of the dataset's identity.
 MAY_CHANGE = frozenset({
     'total_steps', 'num_epochs', 'progress_every', 'eval_every', 'checkpoint_every',
     'keep_checkpoints', 'prefetch', 'batch_eval', 'dataset', 'tfds_data_dir', 'tfds_manual_dir',
-    'allow_changed_inputs', 'pp.train', 'pp.test', 'pp.val', 'pp.train_eval'})
+    'allow_changed_inputs', 'pp.train', 'pp.test', 'pp.val', 'pp.train_eval', 'param_sharding'})
 _SHOWN = 3  # Differences named in the refusal line; the log has all of them.
 
 
@@ -54,9 +54,10 @@ class ChangedInputsError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class Checked:
   """The outcome of `check`: the record (None: none, or nothing trained to protect), the
-  dataset's identity now, and the differences a rerun was allowed to continue with."""
+  dataset's identity now (None: not read, there was no record), and the differences a rerun
+  was allowed to continue with."""
   record: Optional[Dict[str, Any]]
-  dataset: Dict[str, Any]
+  dataset: Optional[Dict[str, Any]]
   changes: List[str]
 
 
@@ -142,10 +143,10 @@ def check(config: ml_collections.ConfigDict, workdir: str) -> Checked:
       `config.allow_changed_inputs` is off; its first line names the first differences and the
       two ways on.
   """
-  dataset = input_pipeline.dataset_identity(config)
   record = read(workdir) if has_trained(workdir) else None
-  if record is None:
-    return Checked(None, dataset, [])
+  if record is None:  # The dataset is described when the run starts (after its preflight).
+    return Checked(None, None, [])
+  dataset = input_pipeline.dataset_identity(config)
   changes = differences(record, config, dataset)
   if changes:
     logging.warning('%s was trained on other inputs than this run: %s', workdir,
@@ -233,8 +234,9 @@ def write(workdir: str, checked: Checked, user: ml_collections.ConfigDict,
         'time': _now(), 'changes': checked.changes}]
     # The head keeps what it was trained on unless it trains on the new labels from here.
     head = list(class_names) if start < total else record['class_names']
+  dataset = checked.dataset or input_pipeline.dataset_identity(user)
   new = {
-      'dataset': checked.dataset, 'config': _plain(user), 'class_names': head,
+      'dataset': dataset, 'config': _plain(user), 'class_names': head,
       'model': _plain(config.model),
       'input': {'crop': int(config.pp.crop), 'mean': list(config.pp.mean),
                 'std': list(config.pp.std)},
