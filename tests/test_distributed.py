@@ -262,8 +262,11 @@ def prepare_tiny_fashion_mnist(root):
 
 
 def quickstart_args(tfds_dir):
-  """The shrunk quickstart (`:runlocal`) on the tiny Fashion-MNIST, stage 2 as long as stage 1."""
-  return [f'--config.{stage}.tfds_data_dir={tfds_dir}' for stage in ('pretrain', 'finetune')]
+  """The shrunk quickstart (`:runlocal`) on the tiny Fashion-MNIST. `data_sharding=stream`:
+  every process walks the one-process stream (with 'split' each reads its own share, in
+  another order, so the params differ by design)."""
+  return [f'--config.{stage}.{field}={value}' for stage in ('pretrain', 'finetune')
+          for field, value in (('tfds_data_dir', tfds_dir), ('data_sharding', 'stream'))]
 
 
 QUICKSTART = os.path.join(ROOT, 'configs', 'fashion_mnist_quickstart.py') + ':runlocal'

@@ -13,7 +13,6 @@ import pytest
 from PIL import Image
 
 from test_distributed import CONFIG_FILE
-from test_distributed import ROOT
 from vit_jax import config_lib
 from vit_jax import train
 from vit_jax.checkpoints import resume
@@ -53,7 +52,7 @@ def snapshot(directory):
 
 def run_command(cwd, *args):
   """`python -m vit_jax.main --config=config.py ARGS` in `cwd` on one CPU device, no --workdir."""
-  env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=ROOT,
+  env = dict(os.environ, JAX_PLATFORMS='cpu',
              XLA_FLAGS='--xla_force_host_platform_device_count=1')
   env.pop('JAX_NUM_CPU_DEVICES', None)
   return subprocess.run([sys.executable, '-m', 'vit_jax.main', '--config=config.py', *args],
@@ -192,13 +191,13 @@ def test_a_hub_fine_tune_resumes_without_its_hub_folder(tmp_path):
   config.model = None  # configs/hub.py: the model is the checkpoint's.
   workdir = str(tmp_path / 'run')
   train_until_first_checkpoint(config, workdir)
+  os.rename(hub, str(tmp_path / 'hub_moved'))
+  result = train.train_and_evaluate(config, workdir)  # Before: "... gs://vit_models ...".
+  assert result['step'] == 4
+  with open(os.path.join(workdir, 'metadata.json')) as f:
+    assert json.load(f)['model']['hidden_size'] == 32
   with open(os.path.join(workdir, 'run.json')) as f:
     record = json.load(f)
   assert record['pretrained']['source'] == hub
   assert record['pretrained']['contributed'][:2] == ['weights', 'model']
   assert record['pretrained']['resolution'] == 32
-  os.rename(hub, str(tmp_path / 'hub_moved'))
-  result = train.train_and_evaluate(config, workdir)
-  assert result['step'] == 4
-  with open(os.path.join(workdir, 'metadata.json')) as f:
-    assert json.load(f)['model']['hidden_size'] == 32
