@@ -49,6 +49,9 @@ INPUT_CHECKS = {
     'train': 'vit_jax.train:check_inputs',
     'pretrain_then_finetune': 'vit_jax.train:check_inputs',
 }
+# Config fields (any stage's) left out of the default run directory's name: they tell how to
+# treat the run that is there, they do not make another one.
+NOT_IN_RUN_NAME = ('allow_changed_inputs',)
 # A run stopped by SIGTERM with work left exits as a process killed by SIGTERM would (128 + 15),
 # so schedulers that restart only failed jobs restart it; 0 means params.npz exists.
 EXIT_STOPPED = 128 + 15
@@ -85,7 +88,8 @@ def default_workdir(config_spec: str, overrides: Mapping[str, Any]) -> str:
   Returns:
     `runs/<file stem>[_<arg>]-<8 hex digits>`, e.g. `runs/vit_b16_cifar10-1f0c3a9e`; the hash
     covers the normalised file path, the arg and the overrides, so other files or overrides
-    never share a directory.
+    never share a directory; overrides that say how to treat the run (`NOT_IN_RUN_NAME`) do not
+    count, so `--config.allow_changed_inputs=True` continues the run it is added to.
   """
   path, _, arg = config_spec.partition(':')
   stem = os.path.splitext(os.path.basename(path))[0]
@@ -93,8 +97,8 @@ def default_workdir(config_spec: str, overrides: Mapping[str, Any]) -> str:
   # `configs/vit.py`, `./configs/vit.py` and `$PWD/configs/vit.py` are one file: one key.
   relative = os.path.relpath(os.path.abspath(path))
   path = os.path.abspath(path) if relative.startswith(os.pardir) else relative
-  key = json.dumps([path, arg,
-                    sorted((field, repr(value)) for field, value in overrides.items())])
+  key = json.dumps([path, arg, sorted((field, repr(value)) for field, value in overrides.items()
+                                     if field.split('.')[-1] not in NOT_IN_RUN_NAME)])
   return os.path.join('runs', f'{name[:80]}-{hashlib.sha256(key.encode()).hexdigest()[:8]}')
 
 
