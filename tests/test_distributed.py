@@ -3,6 +3,7 @@
 conftest.py forces 4 CPU devices for the whole test session.
 """
 
+import concurrent.futures
 import glob
 import os
 import re
@@ -242,3 +243,94 @@ def test_a_killed_process_ends_the_other_with_one_line(tmp_path):
   # one watchdog round (1 s, longer on a loaded machine: 4.35 s seen once in CI) before it.
   assert 5 - 3 <= seconds < 5 + parallel.JAX_HEARTBEAT_MARGIN_S, seconds
   assert os.path.isdir(os.path.join(workdir, 'checkpoints', '2'))  # Kept for the rerun.
+
+
+def prepare_tiny_fashion_mnist(root):
+  """A 40/16-image TFDS fashion_mnist in `root/tfds`, from idx files as Debian ships them."""
+  from test_fashion_mnist import write_idx_gz  # noqa: PLC0415
+  from vit_jax.data import fashion_mnist  # noqa: PLC0415
+  idx, rng = os.path.join(root, 'idx'), np.random.default_rng(0)
+  os.makedirs(idx, exist_ok=True)
+  for split, n in (('train', 40), ('test', 16)):
+    image_file, label_file = fashion_mnist.FILENAMES[split]
+    labels = np.arange(n) % 10
+    images = np.clip(rng.normal(20 * labels[:, None, None], 30, (n, 28, 28)), 0, 255)
+    write_idx_gz(os.path.join(idx, image_file), images)
+    write_idx_gz(os.path.join(idx, label_file), labels)
+  fashion_mnist.prepare(os.path.join(root, 'tfds'), idx)
+  return os.path.join(root, 'tfds')
+
+
+def quickstart_args(tfds_dir):
+  """The shrunk quickstart (`:runlocal`) on the tiny Fashion-MNIST. `data_sharding=stream`:
+  every process walks the one-process stream (with 'split' each reads its own share, in
+  another order, so the params differ by design)."""
+  return [f'--config.{stage}.{field}={value}' for stage in ('pretrain', 'finetune')
+          for field, value in (('tfds_data_dir', tfds_dir), ('data_sharding', 'stream'))]
+
+
+QUICKSTART = os.path.join(ROOT, 'configs', 'fashion_mnist_quickstart.py') + ':runlocal'
+
+
+@pytest.mark.slow
+def test_two_stage_quickstart_on_two_processes_equals_one(tmp_path):
+  """Stage 2 reads stage 1's params.npz only once process 0 wrote it (before: process 1 read it
+  first, `No such file`, and process 0 hung in JAX's shutdown barrier until SIGABRT)."""
+  args = quickstart_args(prepare_tiny_fashion_mnist(str(tmp_path)))
+  multi_dir, single_dir = str(tmp_path / 'multi'), str(tmp_path / 'single')
+  finish(launch_pair(QUICKSTART, multi_dir, args=args + ['--peer_timeout=20']), timeout=400)
+  finish([launch(QUICKSTART, single_dir, devices=4, args=args)], timeout=400)
+  for stage in ('pretrain', 'finetune'):
+    single = npz_format.flatten(checkpoint.load(os.path.join(single_dir, stage, 'params.npz')))
+    multi = npz_format.flatten(checkpoint.load(os.path.join(multi_dir, stage, 'params.npz')))
+    assert single.keys() == multi.keys()
+    for key, value in single.items():
+      np.testing.assert_allclose(multi[key], value, atol=1e-5, err_msg=f'{stage}: {key}')
+
+
+def launch_failing(config_path, workdir, *, process_id, port, raise_at_eval, args=()):
+  """Process `process_id` of 2, whose first evaluation raises `raise_at_eval` (a user error
+  or a bug) mid-run: what a peer of a failing process sees."""
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2',
+             JAX_PLATFORMS='cpu')
+  env.pop('JAX_NUM_CPU_DEVICES', None)
+  argv = ['main', f'--config={config_path}', f'--workdir={workdir}',
+          f'--coordinator_address=127.0.0.1:{port}', '--num_processes=2',
+          f'--process_id={process_id}', *args]
+  code = ('import sys; from unittest import mock; from vit_jax import main, train\n'
+          f'sys.argv = {argv!r}\n'
+          f'with mock.patch.object(train, "run_eval", side_effect={raise_at_eval}):\n'
+          '  main.run()\n')
+  return subprocess.Popen([sys.executable, '-c', code], cwd=ROOT, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('error', ['ValueError("the data went away")',
+                                   'RuntimeError("a bug")'])
+def test_an_error_in_one_process_ends_the_other_with_one_line(tmp_path, error):
+  """Process 1 stops with an error mid-run; process 0 (in a collective it will never finish)
+  stops within seconds, with one line naming it and exit 1: no barrier timeout, no dump."""
+  dataset = write_image_dataset(str(tmp_path / 'data'), train_per_class=4, test_per_class=2)
+  config_path = tmp_path / 'config.py'
+  config_path.write_text(CONFIG_FILE.format(dataset=dataset, steps=6))
+  workdir, port = str(tmp_path / 'multi'), free_port()
+  args = ['--peer_timeout=60']
+  procs = [launch(config_path, workdir, process_id=0, num_processes=2, port=port, args=args),
+           launch_failing(config_path, workdir, process_id=1, port=port, raise_at_eval=error,
+                          args=args)]
+  with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    ended = list(pool.map(lambda p: (p.communicate(timeout=400)[0], time.time()), procs))
+  outputs = [out for out, _ in ended]
+  assert [p.returncode for p in procs] == [1, 1], outputs[0][-3000:] + outputs[1][-3000:]
+  # Within a few watchdog beats of the failure, far from the peer timeout (60 s) and from
+  # JAX's barrier timeout.
+  assert ended[0][1] - ended[1][1] < 15, [t for _, t in ended]
+  peer = [line for line in outputs[0].splitlines() if line.startswith('error:')]
+  assert len(peer) == 1, outputs[0][-3000:]
+  # A user error's own line; a bug's type and first line (its traceback is process 1's).
+  said = 'the data went away' if error.startswith('ValueError') else 'RuntimeError'
+  assert peer[0].startswith('error: process 1 of 2 stopped with an error ('), peer[0]
+  assert said in peer[0] and 'restart all 2 processes' in peer[0], peer[0]
+  assert 'Traceback' not in outputs[0] and 'SIGABRT' not in outputs[0], outputs[0][-3000:]
+  assert 'Fatal Python error' not in outputs[1], outputs[1][-3000:]

@@ -140,6 +140,9 @@ def get_config() -> ml_collections.ConfigDict:
   # L2 regularisers tried; each draw uses the best on its held-out images; one value = fixed.
   c.fewshot.l2_regs = tuple(2. ** i for i in range(-2, 15, 2))
   c.fewshot.holdout = 20  # Held-out training images per class (not shots) that choose the l2.
+  # Continue a run directory whose record (workdir/run.json) names other data or config
+  # (recorded there); off: such a rerun stops before writing anything.
+  c.allow_changed_inputs = False
   return c
 
 

@@ -121,6 +121,15 @@ def split_overlap(config: Any, train: str, test: str) -> int:
   return _open(config).overlap(train, test)
 
 
+def dataset_identity(config: Any) -> Dict[str, Any]:
+  """What `config` trains and evaluates on, wherever it is stored: the source's identity
+  (`sources.Source.identity`) and the split strings read (`config.pp.*`)."""
+  identity = dict(_open(config).identity())
+  identity['splits'] = {name: config.pp[name] for name in ('train', 'test', 'val', 'train_eval')
+                        if config.pp[name]}
+  return identity
+
+
 def _check_val_disjoint(source: sources.Source, config: Any) -> None:
   """pp.val guides choices made after seeing results: it may share no image with pp.train."""
   if not config.pp.val:

@@ -5,11 +5,12 @@ Examples:
   python -m vit_jax.main --config=configs/fashion_mnist_quickstart.py --workdir=runs/quick
   python -m vit_jax.main --config=configs/vit.py:b16,cifar10 --config.batch=64
 
-Exit codes: 0 finished (params.npz written); 1 a user error (one line on stderr); 2 an unknown
-config field; 75 another process of a multi-process run was lost (see --peer_timeout; restart
-every process, as the printed line says); 143 stopped by SIGTERM with a checkpoint saved and
-steps left (rerun the printed command to continue; 143 = 128 + SIGTERM, as a killed job);
-130 Ctrl-C (Python's KeyboardInterrupt: checkpoints written so far are kept).
+Exit codes: 0 finished (params.npz written); 1 a user error (one line on stderr), or another
+process of a multi-process run stopped with an error (one line naming it: every process stops);
+2 an unknown config field; 75 another process of a multi-process run was lost (see
+--peer_timeout; restart every process, as the printed line says); 143 stopped by SIGTERM with a
+checkpoint saved and steps left (rerun the printed command to continue; 143 = 128 + SIGTERM,
+as a killed job); 130 Ctrl-C (Python's KeyboardInterrupt: checkpoints written so far are kept).
 
 On CPU, `scripts/hugepages.sh python -m vit_jax.main ...` runs it with transparent huge pages
 for malloc: fewer page faults, faster steps (docs/performance.md, "Page faults").
@@ -42,6 +43,15 @@ TRAINERS = {
     'pretrain_then_finetune': 'vit_jax.train:pretrain_then_finetune',
     'inference_time': 'vit_jax.inference_time:inference_time',
 }
+# config.trainer → what compares a rerun with its run directory's record before anything is
+# written (the log file included); trainers without a record have none.
+INPUT_CHECKS = {
+    'train': 'vit_jax.train:check_inputs',
+    'pretrain_then_finetune': 'vit_jax.train:check_inputs',
+}
+# Config fields (any stage's) left out of the default run directory's name: they tell how to
+# treat the run that is there, they do not make another one.
+NOT_IN_RUN_NAME = ('allow_changed_inputs',)
 # A run stopped by SIGTERM with work left exits as a process killed by SIGTERM would (128 + 15),
 # so schedulers that restart only failed jobs restart it; 0 means params.npz exists.
 EXIT_STOPPED = 128 + 15
@@ -78,7 +88,8 @@ def default_workdir(config_spec: str, overrides: Mapping[str, Any]) -> str:
   Returns:
     `runs/<file stem>[_<arg>]-<8 hex digits>`, e.g. `runs/vit_b16_cifar10-1f0c3a9e`; the hash
     covers the normalised file path, the arg and the overrides, so other files or overrides
-    never share a directory.
+    never share a directory; overrides that say how to treat the run (`NOT_IN_RUN_NAME`) do not
+    count, so `--config.allow_changed_inputs=True` continues the run it is added to.
   """
   path, _, arg = config_spec.partition(':')
   stem = os.path.splitext(os.path.basename(path))[0]
@@ -86,8 +97,8 @@ def default_workdir(config_spec: str, overrides: Mapping[str, Any]) -> str:
   # `configs/vit.py`, `./configs/vit.py` and `$PWD/configs/vit.py` are one file: one key.
   relative = os.path.relpath(os.path.abspath(path))
   path = os.path.abspath(path) if relative.startswith(os.pardir) else relative
-  key = json.dumps([path, arg,
-                    sorted((field, repr(value)) for field, value in overrides.items())])
+  key = json.dumps([path, arg, sorted((field, repr(value)) for field, value in overrides.items()
+                                     if field.split('.')[-1] not in NOT_IN_RUN_NAME)])
   return os.path.join('runs', f'{name[:80]}-{hashlib.sha256(key.encode()).hexdigest()[:8]}')
 
 
@@ -123,7 +134,17 @@ class QuietLibraries(python_logging.Filter):
 
 def get_trainer(name: str) -> Callable[[Any, str], Dict[str, Any]]:
   """The function that runs `config.trainer`."""
-  module, function = TRAINERS[config_lib.check_choice('trainer', name)].split(':')
+  return _import(TRAINERS[config_lib.check_choice('trainer', name)])
+
+
+def check_inputs(config: Any, workdir: str) -> None:
+  """Stops a rerun whose inputs differ from its run directory's record, before any write."""
+  if config.trainer in INPUT_CHECKS:
+    _import(INPUT_CHECKS[config.trainer])(config, workdir)
+
+
+def _import(target: str) -> Callable:
+  module, function = target.split(':')
   return getattr(importlib.import_module(module), function)
 
 
@@ -141,6 +162,11 @@ def rerun_command(workdir: str, argv=None) -> str:
 def peer_lost_message(peer: int, why: str, *, workdir: str, count: int) -> str:
   return (f'error: lost process {peer} of {count} ({why}); checkpoints in {workdir} are kept. '
           f'Restart all {count} processes to resume, this one with: {rerun_command(workdir)}')
+
+
+def peer_failed_message(peer: int, line: str, *, workdir: str, count: int) -> str:
+  return (f'error: process {peer} of {count} stopped with an error ({line}); this one stops too. '
+          f'Checkpoints in {workdir} are kept: fix it and restart all {count} processes.')
 
 
 def stopped_at(result: Dict[str, Any]) -> Any:
@@ -163,14 +189,17 @@ def main(argv):
   for handler in python_logging.getLogger().handlers:
     handler.addFilter(QuietLibraries())
   workdir = command_workdir()
-  watchdog = parallel.PeerWatchdog(_PEER_TIMEOUT.value, functools.partial(
-      peer_lost_message, workdir=workdir, count=jax.process_count())).start()
-  log_path = add_file_logger(workdir) if jax.process_index() == 0 else None
-  config = flags.FLAGS.config
+  watchdog = parallel.PeerWatchdog(
+      _PEER_TIMEOUT.value,
+      functools.partial(peer_lost_message, workdir=workdir, count=jax.process_count()),
+      functools.partial(peer_failed_message, workdir=workdir, count=jax.process_count())).start()
+  config, log_path = flags.FLAGS.config, None
   if jax.process_index() == 0:
     print(f'Run directory: {workdir} (rerunning the same command resumes it)', flush=True)
-  logging.info('Workdir: %s\nConfig:\n%s', workdir, config)
   try:
+    check_inputs(config, workdir)  # Before the log file: a refused rerun changes nothing.
+    log_path = add_file_logger(workdir) if jax.process_index() == 0 else None
+    logging.info('Workdir: %s\nConfig:\n%s', workdir, config)
     result = get_trainer(config.trainer)(config, workdir)
     watchdog.stop()
   except (ValueError, FileNotFoundError, PermissionError) as e:
@@ -180,11 +209,16 @@ def main(argv):
     print(f'error: {message}', file=sys.stderr)
     if log_path:
       print(f'(details in {log_path}; run directory {workdir})', file=sys.stderr)
-    sys.exit(1)
-  except Exception:
+    _exit_failed(watchdog, message)
+  except Exception as e:
     logging.debug('%s', traceback.format_exc())
-    watchdog.settle()  # A peer lost mid-collective: its one line and exit 75, not a traceback.
-    raise
+    if jax.process_count() == 1:
+      raise
+    # A peer lost mid-collective (gloo's 'Connection closed by peer'): its one line and exit 75.
+    # Otherwise the peers are told, then the traceback.
+    watchdog.fail(f'{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ""}')
+    traceback.print_exc()
+    parallel.exit_now(1)
   logging.info('Result: %s', result)
   step = stopped_at(result)
   if step is not None:
@@ -192,6 +226,17 @@ def main(argv):
           f'{rerun_command(workdir)}', file=sys.stderr)
     sys.exit(EXIT_STOPPED)
   print(f'Done. Results: {result}\nWorkdir: {workdir}')
+
+
+def _exit_failed(watchdog: Any, message: str) -> None:
+  """Exit 1 after a user error; with several processes the others are told first and this one
+  skips JAX's shutdown barrier (they will not reach it), so none waits for a peer that left."""
+  import jax
+  if jax.process_count() == 1:
+    sys.exit(1)
+  watchdog.fail(message)
+  from vit_jax.training import parallel
+  parallel.exit_now(1)
 
 
 def run() -> None:

@@ -10,7 +10,7 @@ checkpoints in `vit_jax.checkpoints.resume`.
 import functools
 import os
 import time
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -31,6 +31,7 @@ from vit_jax.training import losses
 from vit_jax.training import parallel
 from vit_jax.training import plotting
 from vit_jax.training import progress as progress_lib
+from vit_jax.training import run_record
 from vit_jax.training import stages
 from vit_jax.training import state as state_lib
 from vit_jax.training import stop as stop_lib
@@ -220,11 +221,18 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   finished, or `{'stopped_at': step, ...}` when SIGTERM stopped it with steps left (a checkpoint
   saved, no params.npz; `python -m vit_jax.main` exits 143 then). Without `config.model` the
   model is the one `config.pretrained_path` holds (`from_checkpoint.with_checkpoint_model`).
+  A rerun is first compared with the run directory's record (`run_record.check`: other data or
+  config stop it before anything is written); resuming takes what the pretrained weights
+  contributed from the record, without opening them.
   """
+  user_config, checked = config, run_record.check(config, workdir)
   pretrained = from_checkpoint.PretrainedSource()  # Read at most once, by whoever needs it first.
-  config = from_checkpoint.with_checkpoint_normalization(
-      from_checkpoint.with_checkpoint_model(config, pretrained), workdir, pretrained)
-  from_checkpoint.record_normalization(config, workdir)
+  if checked.record is not None:  # A rerun: what the weights contributed is in the record.
+    config = run_record.with_recorded_contributions(config, checked.record)
+  else:
+    config = from_checkpoint.with_checkpoint_normalization(
+        from_checkpoint.with_checkpoint_model(config, pretrained), workdir, pretrained)
+    from_checkpoint.record_normalization(config, workdir)
   manager = resume.make_checkpoint_manager(workdir, config)
   trainer = state_lib.build_trainer(config, needs_pretrained=manager.latest_step() is None)
   state, damaged = resume.restore_or_init(manager, lambda: state_lib.abstract_state(trainer),
@@ -235,6 +243,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
     manager.close()
     manager = resume.make_checkpoint_manager(workdir, config, damaged)
   start = int(parallel.to_host(state['step']))
+  run_record.write(workdir, checked, user_config, config, trainer.info.class_names, start,
+                   trainer.total_steps)
   logging.info('Model %s, %d classes, %d steps of batch %d; starting at step %d.',
                config.model.get('model_name'), trainer.info.num_classes, trainer.total_steps,
                config.batch, start)
@@ -342,13 +352,11 @@ def pretrain_then_finetune(config: ml_collections.ConfigDict, workdir: str) -> D
   to the stage-1 export it started from (`stages.tie_to_stage1`): extending stage 1 restarts
   stage 2.
   """
-  pre_dir, fine_dir = os.path.join(workdir, 'pretrain'), os.path.join(workdir, 'finetune')
+  (_, pre_dir), (finetune, fine_dir) = stage_runs(config, workdir)
   logging.info('Stage 1/2: pretraining in %s', pre_dir)
   pre = train_and_evaluate(config.pretrain, pre_dir)
   if 'stopped_at' in pre:  # SIGTERM during stage 1: rerunning the command continues it.
     return {'pretrain': pre}
-  finetune = ml_collections.ConfigDict(config.finetune.to_dict())
-  finetune.pretrained_path = os.path.join(pre_dir, 'params.npz')
   stages.tie_to_stage1(fine_dir, stages.stage1_source(finetune.pretrained_path, pre['step']))
   logging.info('Stage 2/2: fine-tuning from %s at %dpx in %s', finetune.pretrained_path,
                finetune.pp.crop, fine_dir)
@@ -358,6 +366,25 @@ def pretrain_then_finetune(config: ml_collections.ConfigDict, workdir: str) -> D
                           'finetune': os.path.join(fine_dir, 'metrics.jsonl')},
                          os.path.join(workdir, 'curves.png'))
   return {'pretrain': pre, 'finetune': fine}
+
+
+def stage_runs(config: ml_collections.ConfigDict, workdir: str
+               ) -> List[Tuple[ml_collections.ConfigDict, str]]:
+  """(config, run directory) of each `train_and_evaluate` call `config.trainer` makes: the
+  run itself, or `pretrain_then_finetune`'s two stages (stage 2 fine-tunes stage 1's export)."""
+  if config.trainer != 'pretrain_then_finetune':
+    return [(config, workdir)]
+  finetune = ml_collections.ConfigDict(config.finetune.to_dict())
+  finetune.pretrained_path = os.path.join(workdir, 'pretrain', 'params.npz')
+  return [(config.pretrain, os.path.join(workdir, 'pretrain')),
+          (finetune.lock(), os.path.join(workdir, 'finetune'))]
+
+
+def check_inputs(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """Compares each run directory's record with this command's inputs before anything (a log
+  line included) is written; raises `run_record.ChangedInputsError` as the run itself would."""
+  for stage_config, stage_dir in stage_runs(config, workdir):
+    run_record.check(stage_config, stage_dir)
 
 
 __all__ = ['train_and_evaluate', 'pretrain_then_finetune', 'make_train_step', 'make_eval_step',

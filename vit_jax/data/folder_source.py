@@ -10,8 +10,9 @@ file is found when read (`image_ops.readable`).
 """
 
 import functools
+import hashlib
 import os
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import jax
 import numpy as np
@@ -62,7 +63,28 @@ def open_folder(root: str) -> sources.Source:
                & set(folder_split(root, classes, specs[1])[0]))
 
   return sources.Source(class_names=classes, split=split, overlap=overlap,
+                        identity=functools.partial(identity, root, classes),
                         describe=functools.partial(_describe, root))
+
+
+def identity(root: str, classes: Tuple[str, ...]) -> Dict[str, Any]:
+  """What an image folder holds, wherever it is: its class names and, per split folder, how
+  many images and a sha256 of their paths relative to `root` with their sizes in bytes.
+
+  Only directories are listed and files stat'ed (none is read): a renamed class, an added,
+  removed, moved or rewritten file (of another size) changes it; moving the whole folder does not.
+  """
+  files = {}
+  for folder in sorted({'train', *(f for names in SPLIT_FOLDERS.values() for f in names)}):
+    split_dir = os.path.join(root, folder)
+    if not os.path.isdir(split_dir):
+      continue
+    paths, _ = _list_images(split_dir, classes)
+    digest = hashlib.sha256()
+    for path in sorted(str(p) for p in paths):
+      digest.update(f'{os.path.relpath(path, root)}\0{os.path.getsize(path)}\n'.encode())
+    files[folder] = {'images': len(paths), 'sha256': digest.hexdigest()}
+  return {'kind': 'folder', 'class_names': list(classes), 'files': files}
 
 
 def _held_out_folder(root: str, name: str) -> Optional[str]:

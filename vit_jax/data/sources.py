@@ -8,7 +8,7 @@ share, so the pipeline can refuse to evaluate on training images whatever the so
 import dataclasses
 import functools
 import types
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 import tensorflow_datasets as tfds
@@ -47,6 +47,9 @@ class Source:
   split: Callable[..., Split]
   # (train spec, eval spec) → how many eval examples are also train examples.
   overlap: Callable[[str, str], int]
+  # What the data is, independent of where it is stored (a run's record compares it on a
+  # rerun): {'kind': 'tfds', name, version, ...} or {'kind': 'folder', class_names, files}.
+  identity: Callable[[], Dict[str, Any]]
   # A split spec → what it reads, for the log (e.g. "train[98%:] of /data: no test/ folder").
   describe: Callable[[str], str] = lambda spec: repr(spec)
 

@@ -79,7 +79,16 @@ def open_tfds(config: Any) -> sources.Source:
 
   return sources.Source(class_names=tuple(features['label'].names), split=split,
                         overlap=functools.partial(_overlap, split),
+                        identity=functools.partial(_identity, builder),
                         describe=lambda spec: f'{spec!r} of {builder.name}')
+
+
+def _identity(builder: tfds.core.DatasetBuilder) -> Dict[str, Any]:
+  """A TFDS dataset is its name, builder config and version (its data_dir may move)."""
+  config = builder.builder_config.name if builder.builder_config else None
+  return {'kind': 'tfds', 'name': builder.name, 'config': config,
+          'version': str(builder.info.version),
+          'class_names': list(builder.info.features['label'].names)}
 
 
 def _overlap(split: Callable[..., sources.Split], train: str, test: str) -> int:

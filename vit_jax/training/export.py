@@ -15,6 +15,7 @@ from vit_jax.checkpoints import metadata as metadata_lib
 from vit_jax.checkpoints import store
 from vit_jax.training import losses
 from vit_jax.training import parallel
+from vit_jax.training import run_record
 from vit_jax.training import state as state_lib
 
 
@@ -48,18 +49,28 @@ def export_params(trainer: state_lib.Trainer, params: Any, workdir: str,
   `metadata.json`: the model, input size and label names a user needs without this config
   (embedded in the npz as well, so a copy under another name keeps it).
 
-  Every process calls this: sharded params are gathered collectively first.
+  Every process calls this: sharded params are gathered collectively first, and all return
+  only once the files are complete, so any process may read them next (stage 2 fine-tunes
+  this params.npz).
   """
   host = parallel.to_host(params)
-  if jax.process_index() != 0:
-    return
+  if jax.process_index() == 0:
+    _write_export(trainer, host, workdir, result)
+  parallel.barrier('vit_jax: params.npz written')
+
+
+def _write_export(trainer: state_lib.Trainer, host: Any, workdir: str,
+                  result: Dict[str, Any]) -> None:
   config = trainer.config
   weights = exported_weights(config)
   extra = dict(ema_decay=config.ema_decay, accuracy_raw=result.get('accuracy_raw')
                ) if weights == 'ema' else {}
   description = dict(
       model_config=config.model, image_size=config.pp.crop, mean=tuple(config.pp.mean),
-      std=tuple(config.pp.std), class_names=trainer.info.class_names, dataset=config.dataset,
+      std=tuple(config.pp.std),
+      # What the head was trained on (the record's), not what the folders are called today.
+      class_names=run_record.head_class_names(workdir, trainer.info.class_names),
+      dataset=config.dataset,
       step=trainer.total_steps,
       batch=config.batch,
       accuracy=result.get('accuracy'), num_examples=result.get('num_examples'),

@@ -6,6 +6,7 @@ optimizer state and weight average are replicated (`P()`), or with `param_shardi
 over the same axis (`fsdp_sharding`), so each device holds 1/N of them.
 """
 
+import logging as python_logging
 import os
 import sys
 import threading
@@ -26,6 +27,8 @@ FSDP_MIN_BYTES = 64 * 1024
 # A process lost from a multi-process run (killed, crashed, its host gone) ends the others with
 # this code (sysexits' EX_TEMPFAIL: rerun the same command, the run resumes from a checkpoint).
 EXIT_PEER_LOST = 75
+# Another process stopped with an error (its line is printed): this one stops too, as a failed run.
+EXIT_PEER_FAILED = 1
 # JAX's own coordination service aborts every process (SIGABRT and a thread dump) this long after
 # the watchdog's timeout, as a backstop should the watchdog not get to run.
 JAX_HEARTBEAT_MARGIN_S = 30
@@ -58,38 +61,54 @@ def maybe_initialize_distributed(coordinator_address: Optional[str] = None,
 
 
 class PeerWatchdog:
-  """Ends this process with one line and `EXIT_PEER_LOST` when another process goes silent.
+  """Ends this process with one line when another process goes silent or stops with an error.
 
   Left alone, a survivor waits in its next collective until JAX's coordination service notices
   the missed heartbeats, then aborts (SIGABRT, exit 134) with a thread dump that names no process.
   Here each process writes a beat counter to the coordination service's key-value store every
   `interval` s; a peer whose counter has not moved for `timeout` s (or the coordinator itself
-  becoming unreachable) is reported by index. `os._exit` skips the shutdown barrier, which would
-  wait for the lost process. Checkpoints already written are complete (orbax renames a step into
-  place only when every process finished it), so the rerun resumes from the newest one.
+  becoming unreachable) is reported by index (exit `EXIT_PEER_LOST`). A process that stops with
+  an error says so first (`fail`): the others read its line at their next beat and exit with
+  `EXIT_PEER_FAILED`, naming it, instead of waiting in a collective or barrier it will never
+  join. `os._exit` skips the shutdown barrier, which would wait for the lost process.
+  Checkpoints already written are complete (orbax renames a step into place only when every
+  process finished it), so the rerun resumes from the newest one.
   """
 
   PREFIX = 'vit_jax/alive/'
+  FAILED_PREFIX = 'vit_jax/failed/'
+  STOPPED = 'stopped'  # A peer's key once it read another's failure (it is exiting too).
+  LEAVE_GRACE_S = 2.  # How long process 0 waits for the others' exit once they all said so.
 
-  def __init__(self, timeout: float, message: Callable[[int, str], str]):
+  def __init__(self, timeout: float, message: Callable[[int, str], str],
+               failed_message: Optional[Callable[[int, str], str]] = None):
     from jax._src import distributed  # orbax reads the same client for its barriers.
     self.client = distributed.global_state.client
     self.me, self.count = jax.process_index(), jax.process_count()
     # Each beat reads every process's key: 1 s up to 64 processes, slower beyond (the
     # coordinator answers count^2 / interval entries per second).
     self.timeout, self.interval, self.message = timeout, max(1., self.count / 64), message
-    self.finished = False
+    self.failed_message = failed_message or (
+        lambda peer, line: f'error: process {peer} of {self.count} stopped: {line}')
+    # failed: this process stops with an error (peers' failures no longer end it); published:
+    # its peers were told (the coordinator exiting after reading it is then no loss).
+    self.finished = self.failed = self.published = False
+    self._lock = threading.Lock()  # One verdict per process: its own error or a peer's.
     self._thread = threading.Thread(target=self._run, name='PeerWatchdog', daemon=True)
 
+  @property
+  def _watching(self) -> bool:
+    return self.client is not None and self.count > 1
+
   def start(self) -> 'PeerWatchdog':
-    if self.client is not None and self.count > 1:
+    if self._watching:
       self._thread.start()
     return self
 
   def stop(self) -> None:
     """Marks this process as finished, so that peers still exporting do not report it lost."""
     self.finished = True
-    if self.client is not None and self.count > 1:
+    if self._watching:
       try:
         self.client.key_value_set(f'{self.PREFIX}{self.me}', 'done', allow_overwrite=True)
       except Exception:  # The coordinator already shut down: nobody is left to watch.
@@ -102,6 +121,46 @@ class PeerWatchdog:
     if self._thread.is_alive():
       self._thread.join(self.timeout + 5 * self.interval)
 
+  def fail(self, line: str) -> None:
+    """Tells the other processes that this one stops with an error (`line`), so they stop too.
+
+    Returns once every peer has read it (or finished, or failed itself), at most after the
+    timeout; a peer lost meanwhile ends this process with the lost line and `EXIT_PEER_LOST`
+    (the error may be its consequence). Single-process: no-op.
+    """
+    with self._lock:
+      self.failed = True
+    if not self._watching:
+      return
+    try:
+      self.client.key_value_set(f'{self.FAILED_PREFIX}{self.me}', line[:500],
+                                allow_overwrite=True)
+      self.published = True
+    except Exception:  # The coordinator is gone (so is process 0): the watchdog names it.
+      self.settle()
+      return
+    self._wait_for_peers_to_leave()
+
+  def _wait_for_peers_to_leave(self) -> None:
+    """Waits (at most the timeout) until every peer read a failure (or finished or failed).
+
+    Process 0 holds JAX's coordination service and leaves last: a process whose coordinator
+    disappears is aborted by JAX (SIGABRT, a thread dump) before it can print its line.
+    """
+    deadline = time.monotonic() + self.timeout
+    while time.monotonic() < deadline:
+      try:
+        alive = dict(self.client.key_value_dir_get(self.PREFIX))
+        failed = dict(self.client.key_value_dir_get(self.FAILED_PREFIX))
+      except Exception:  # The coordinator has exited.
+        return
+      if all(peer == self.me or alive.get(f'{self.PREFIX}{peer}') in ('done', self.STOPPED)
+             or f'{self.FAILED_PREFIX}{peer}' in failed for peer in range(self.count)):
+        break
+      time.sleep(self.interval / 4)
+    if self.me == 0:
+      time.sleep(self.LEAVE_GRACE_S)  # The others exit right after saying they read it.
+
   def _run(self) -> None:
     beats, last_change = {}, {}
     for beat in range(1 << 62):
@@ -111,13 +170,19 @@ class PeerWatchdog:
       try:
         self.client.key_value_set(f'{self.PREFIX}{self.me}', str(beat), allow_overwrite=True)
         values = dict(self.client.key_value_dir_get(self.PREFIX))
+        failed = dict(self.client.key_value_dir_get(self.FAILED_PREFIX))
       except Exception as e:  # The coordination service (in process 0) is gone.
-        if not self.finished:
+        if not self.published:  # Else process 0 read this one's failure and exited: expected.
           self._lost(0, f'the coordinator stopped answering ({str(e).splitlines()[0][:120]})')
         return
       for peer in range(self.count):
+        if peer != self.me and f'{self.FAILED_PREFIX}{peer}' in failed and not self.failed:
+          self._peer_failed(peer, failed[f'{self.FAILED_PREFIX}{peer}'])
+          return
+      for peer in range(self.count):
         value = values.get(f'{self.PREFIX}{peer}')
-        if peer == self.me or value == 'done':
+        if (peer == self.me or value in ('done', self.STOPPED)
+            or f'{self.FAILED_PREFIX}{peer}' in failed):
           continue
         if value != beats.get(peer) or peer not in last_change:
           beats[peer], last_change[peer] = value, now
@@ -126,11 +191,45 @@ class PeerWatchdog:
           return
       time.sleep(self.interval)
 
+  def _exit_with(self, line: str, code: int, *, unless_failed: bool = False) -> None:
+    """Prints `line` and ends the process, unless it finished (or failed) already."""
+    with self._lock:
+      if self.finished or (unless_failed and self.failed):
+        return
+      print(line, file=sys.stderr, flush=True)
+      exit_now(code)
+
   def _lost(self, peer: int, why: str) -> None:
-    if self.finished:
-      return
-    print(self.message(peer, why), file=sys.stderr, flush=True)
-    os._exit(EXIT_PEER_LOST)
+    self._exit_with(self.message(peer, why), EXIT_PEER_LOST)
+
+  def _peer_failed(self, peer: int, line: str) -> None:
+    try:  # Read: the failed process may exit now without waiting for this one.
+      self.client.key_value_set(f'{self.PREFIX}{self.me}', self.STOPPED, allow_overwrite=True)
+    except Exception:
+      pass
+    if self.me == 0:
+      self._wait_for_peers_to_leave()
+    self._exit_with(self.failed_message(peer, line), EXIT_PEER_FAILED, unless_failed=True)
+
+
+def exit_now(code: int) -> None:
+  """Flushes the logs and ends the process at once, skipping JAX's shutdown barrier.
+
+  For a multi-process run that stops with an error: the barrier would wait for peers that
+  are exiting too (or are gone), then abort with a thread dump.
+  """
+  python_logging.shutdown()
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(code)
+
+
+def barrier(name: str) -> None:
+  """Waits until every process got here (no-op with one process): after process 0 writes a file
+  the others read, e.g. `params.npz` that stage 2 fine-tunes."""
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils  # Only for multi-process runs.
+    multihost_utils.sync_global_devices(name)
 
 
 def _on_managed_cluster() -> bool:

@@ -13,6 +13,8 @@ import jax
 import numpy as np
 from absl import logging
 
+from vit_jax.training import parallel
+
 STAGE1_FILE = 'stage1.json'  # In the fine-tuning workdir: the stage-1 export it started from.
 
 
@@ -73,6 +75,4 @@ def tie_to_stage1(fine_dir: str, source: Dict[str, Any]) -> None:
       os.makedirs(fine_dir, exist_ok=True)
       with open(os.path.join(fine_dir, STAGE1_FILE), 'w', encoding='utf-8') as f:
         json.dump(source, f, indent=1)
-  if jax.process_count() > 1:
-    from jax.experimental import multihost_utils  # Only for multi-process runs.
-    multihost_utils.sync_global_devices('vit_jax: stage 2 tied to stage 1')
+  parallel.barrier('vit_jax: stage 2 tied to stage 1')
