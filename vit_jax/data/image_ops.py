@@ -225,18 +225,43 @@ def _count_unreadable(name: bytes) -> np.bool_:
   return np.bool_(False)
 
 
+def is_hidden(name: str) -> bool:
+  """A hidden file or folder ('.ipynb_checkpoints', '.DS_Store'): never a class or an image."""
+  return name.startswith('.')
+
+
+def class_folders(directory: str) -> List[str]:
+  """The visible sub-folders of `directory`, sorted: an image dataset split's classes."""
+  return sorted(e.name for e in os.scandir(directory) if e.is_dir() and not is_hidden(e.name))
+
+
+def image_files(folder: str, extensions: Sequence[str] = IMAGE_EXTENSIONS) -> List[str]:
+  """Image files under `folder` as paths relative to it, sorted; hidden files and folders skipped.
+
+  Recursive, as torchvision's ImageFolder reads a class folder: images in nested sub-folders
+  belong to it. Only directories are read (no file is opened). The one listing that training,
+  evaluation and the tools (predict, analyze) use.
+  """
+  found = []
+  for root, dirs, names in os.walk(folder, followlinks=True):
+    dirs[:] = [d for d in dirs if not is_hidden(d)]  # Pruned: os.walk never enters them.
+    rel = os.path.relpath(root, folder)
+    found.extend(name if rel == '.' else os.path.join(rel, name) for name in names
+                 if not is_hidden(name) and name.lower().endswith(tuple(extensions)))
+  return sorted(found)
+
+
 def list_images(paths: Sequence[str]) -> List[str]:
-  """Files named, plus image files in named folders (recursively, sorted)."""
+  """Files named, plus image files in named folders (`image_files`: recursive, sorted)."""
   if not paths:
     raise ValueError('No images given: pass image files or folders after the flags.')
   found = []
   for path in paths:
     if os.path.isdir(path):
-      inside = sorted(os.path.join(root, name) for root, _, names in os.walk(path)
-                      for name in names if name.lower().endswith(IMAGE_EXTENSIONS))
+      inside = [os.path.join(path, name) for name in image_files(path)]
       if not inside:
         raise ValueError(f'Folder "{path}" has no image files '
-                         f'({", ".join(IMAGE_EXTENSIONS)}).')
+                         f'({", ".join(IMAGE_EXTENSIONS)}; hidden files and folders skipped).')
       found.extend(inside)
     elif os.path.isfile(path):
       found.append(path)
