@@ -15,6 +15,9 @@ from vit_jax.checkpoints import timm_vit
 from vit_jax.checkpoints.timm_files import CONFIG_FILE, WEIGHTS_FILE, TimmFormatError
 
 
+_FAMILY_NAMES = {'mixer': 'MLP-Mixer', 'swin': 'Swin Transformer', 'resnet': 'plain ResNet'}
+
+
 def _timm_pool(classifier: str) -> Tuple[bool, str]:
   """(class_token, global_pool) of timm for a `classifier` value."""
   return {'token': (True, 'token'), 'token_gap': (True, 'avg'), 'gap': (False, 'avg'),
@@ -34,6 +37,10 @@ def timm_model_args(model_config: Mapping[str, Any], num_classes: int,
       position embeddings, a LayerNorm epsilon its architecture does not have).
   """
   c = model_config
+  family = presets.family_of(c)
+  if family in ('mixer', 'swin', 'resnet'):  # timm has them, but this writer knows its ViT only.
+    raise TimmFormatError(f'timm\'s ViT cannot represent this model (a {_FAMILY_NAMES[family]}); '
+                          'export_timm writes ViTs only.')
   problem = ('a ResNet stem' if c.get('resnet') else
              'pre_logits' if c.get('representation_size') is not None else
              f'posemb {c.get("posemb")}' if c.get('posemb', 'learn') not in ('learn', 'none')
