@@ -40,10 +40,74 @@ def _tf():
 
 
 def decode(data):
-  """Encoded image bytes (tf.string) → uint8 [h, w, 3]: grayscale is repeated, alpha dropped."""
-  image = _tf().io.decode_image(data, channels=3, expand_animations=False)
+  """Encoded image bytes (tf.string) → uint8 [h, w, 3] as displayed.
+
+  Grayscale is repeated, alpha dropped, 16-bit samples keep their high byte (TF's own
+  conversion, x >> 8: within one 8-bit level of x / 65535 · 255), and a JPEG's EXIF
+  Orientation is applied (`exif_orientation`), as cameras and phones store portraits.
+  """
+  tf = _tf()
+  image = tf.io.decode_image(data, channels=3, expand_animations=False)
   image.set_shape([None, None, 3])
-  return image
+  return orient(image, exif_orientation(data))
+
+
+# EXIF Orientation (tag 0x0112) → (transpose, then tf.image.rot90's k, then mirror): 1 upright,
+# 2 mirrored, 3 rotated 180, 4 flipped, 5 transposed, 6 rotated 90 CW, 7 transversed, 8 90 CCW.
+# The same transforms as Pillow's `ImageOps.exif_transpose` (tested against it).
+_ORIENTATIONS = {1: (False, 0, False), 2: (False, 0, True), 3: (False, 2, False),
+                 4: (False, 2, True), 5: (True, 0, False), 6: (False, 3, False),
+                 7: (True, 2, False), 8: (False, 1, False)}
+_EXIF_HEADER = b'Exif\x00\x00'
+_EXIF_SEARCH = 65536  # APP1 (where EXIF lives) is one marker segment: at most 64 KiB in.
+_MAX_IFD_ENTRIES = 256
+
+
+def exif_orientation(data):
+  """The EXIF Orientation (1-8) of JPEG bytes (tf.string scalar); 1 when there is none.
+
+  Reads the TIFF structure after the first `Exif\0\0` of the APP1 segment: byte order, IFD0,
+  then the entry with tag 0x0112 (a SHORT). Anything out of range reads as 1 (upright).
+  """
+  tf = _tf()
+  head = tf.strings.substr(data, 0, _EXIF_SEARCH)
+  found = tf.strings.split(head, sep=_EXIF_HEADER, maxsplit=1)
+  tiff = tf.strings.length(found[0]) + len(_EXIF_HEADER)
+  padded = tf.strings.join([head, bytes(_EXIF_SEARCH + 12 * _MAX_IFD_ENTRIES + 16)])
+  little = tf.equal(tf.strings.substr(padded, tiff, 2), b'II')
+
+  def raw(pos, length):
+    return tf.cast(tf.io.decode_raw(tf.strings.substr(padded, pos, length), tf.uint8), tf.int32)
+
+  def number(b):  # Bytes along the last axis → an unsigned integer in the file's byte order.
+    weights = 256 ** tf.range(tf.shape(b)[-1] - 1, -1, -1)
+    return tf.reduce_sum(b * tf.where(little, tf.reverse(weights, [0]), weights), -1)
+
+  ifd = tiff + tf.minimum(number(raw(tiff + 4, 4)), _EXIF_SEARCH)
+  count = tf.minimum(number(raw(ifd, 2)), _MAX_IFD_ENTRIES)
+  entries = tf.reshape(raw(ifd + 2, 12 * count), [-1, 12])
+  match = tf.equal(number(entries[:, :2]), 0x0112)
+  value = tf.reduce_max(tf.where(match, number(entries[:, 8:10]), 0))
+  valid = tf.logical_and(
+      tf.logical_and(tf.equal(tf.strings.substr(data, 0, 2), b'\xff\xd8'),
+                     tf.size(found) > 1),
+      tf.logical_and(tf.logical_or(little, tf.equal(tf.strings.substr(padded, tiff, 2), b'MM')),
+                     tf.logical_and(value >= 1, value <= 8)))
+  return tf.where(valid, value, 1)
+
+
+def orient(image, orientation):
+  """`image` (h, w, c) turned upright for EXIF `orientation` (1-8), as Pillow's exif_transpose."""
+  tf = _tf()
+
+  def transform(transpose, k, flip):
+    def apply():
+      x = tf.transpose(image, [1, 0, 2]) if transpose else image
+      x = tf.image.rot90(x, k) if k else x
+      return tf.reverse(x, [1]) if flip else x  # Mirrored left-right.
+    return apply
+
+  return tf.switch_case(orientation - 1, [transform(*_ORIENTATIONS[o]) for o in range(1, 9)])
 
 
 def resize(image, size: int):
@@ -98,18 +162,27 @@ def read_image(path: str) -> np.ndarray:
 
 
 def _read_image_pil(path: str) -> np.ndarray:
-  from PIL import Image, UnidentifiedImageError
+  from PIL import Image, ImageOps, UnidentifiedImageError
   try:
     with Image.open(path) as image:
       image.load()
-      if image.mode in ('I;16', 'I;16B', 'I;16L', 'I'):
-        # 16-bit grey: scale to 8 bits rather than clip (convert('RGB') would saturate).
-        array = np.asarray(image, np.float64)
-        image = Image.fromarray(np.round(array * 255. / max(array.max(), 1.)).astype(np.uint8))
+      image = ImageOps.exif_transpose(image)  # A TIFF's Orientation tag, as `decode` a JPEG's.
+      if image.mode.startswith('I;16') or image.mode == 'I':
+        image = Image.fromarray(_high_byte(image, path))
       return np.asarray(image.convert('RGB'), np.uint8)
   except (UnidentifiedImageError, OSError, ValueError) as e:
     raise ImageError(f'Could not read image "{path}" ({e}); it is not an image file this tool '
                      'can decode (JPEG, PNG, GIF, BMP, WebP, TIFF).') from None
+
+
+def _high_byte(image, path: str) -> np.ndarray:
+  """A 16-bit grey image → uint8 as TF's PNG decoder converts (x >> 8), so a 16-bit TIFF and
+  a 16-bit PNG of the same picture give the same pixels (convert('RGB') would saturate)."""
+  bits = getattr(image, 'tag_v2', {}).get(258, (16,))
+  if image.mode == 'I' and tuple(bits)[0] != 16:
+    raise ImageError(f'Could not read image "{path}": {tuple(bits)[0]}-bit integer samples; '
+                     'save it with 8 or 16 bits per sample.')
+  return (np.asarray(image).astype(np.int64) >> 8).clip(0, 255).astype(np.uint8)
 
 
 def preprocess(image: np.ndarray, image_size: int,
