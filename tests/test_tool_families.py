@@ -6,6 +6,7 @@ export) and on a bare published-format .npz (no description: the shapes say what
 models are the tiny presets at 32px, built once per module.
 """
 
+import json
 import os
 import types
 
@@ -146,3 +147,16 @@ def test_tool_works_on_the_family_or_refuses_in_one_line(tool, family, kind, sou
     assert name == model_config(family).model_name or kind == 'npz'
   elif tool == 'export_timm':
     assert os.path.isfile(tmp_path / 'timm' / 'model.safetensors')
+    with open(tmp_path / 'timm' / 'config.json') as f:
+      written = json.load(f)
+    assert written.get('label_names') == (list(CLASSES) if kind == 'run' else None)
+
+
+def test_export_timm_writes_the_runs_class_names_where_timm_reads_them(sources, tmp_path, capsys):
+  import timm
+  out = tmp_path / 'timm'
+  rc, _, err = _call(export_timm, [f'--checkpoint={sources["vit"]["run"]}', f'--out={out}'],
+                     capsys)
+  assert rc == 0, err
+  model = timm.create_model(f'local-dir:{out}', pretrained=True)
+  assert model.pretrained_cfg['label_names'] == list(CLASSES)
