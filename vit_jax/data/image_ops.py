@@ -9,7 +9,7 @@ bit. TensorFlow is imported on first use, so the tools' `--help` stays fast.
 import functools
 import os
 import threading
-from typing import Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Sequence
 
 import numpy as np
 from absl import logging
@@ -52,62 +52,84 @@ def decode(data):
   return orient(image, exif_orientation(data))
 
 
-# EXIF Orientation (tag 0x0112) → (transpose, then tf.image.rot90's k, then mirror): 1 upright,
-# 2 mirrored, 3 rotated 180, 4 flipped, 5 transposed, 6 rotated 90 CW, 7 transversed, 8 90 CCW.
-# The same transforms as Pillow's `ImageOps.exif_transpose` (tested against it).
-_ORIENTATIONS = {1: (False, 0, False), 2: (False, 0, True), 3: (False, 2, False),
-                 4: (False, 2, True), 5: (True, 0, False), 6: (False, 3, False),
-                 7: (True, 2, False), 8: (False, 1, False)}
+# EXIF Orientation (tag 0x0112) → (transpose, flip rows, flip columns), applied in that order:
+# 1 upright, 2 mirrored, 3 rotated 180, 4 flipped, 5 transposed, 6 rotated 90° clockwise,
+# 7 transversed, 8 rotated 90° counter-clockwise: Pillow's `ImageOps.exif_transpose` (tested).
+_ORIENTATIONS = ((0, 0, 0), (0, 0, 1), (0, 1, 1), (0, 1, 0), (1, 0, 0), (1, 0, 1), (1, 1, 1),
+                 (1, 1, 0))
 _EXIF_HEADER = b'Exif\x00\x00'
-_EXIF_SEARCH = 65536  # APP1 (where EXIF lives) is one marker segment: at most 64 KiB in.
+_EXIF_SEARCH = 65536  # APP1 (where EXIF lives) sits among the first marker segments.
 _MAX_IFD_ENTRIES = 256
 
 
 def exif_orientation(data):
   """The EXIF Orientation (1-8) of JPEG bytes (tf.string scalar); 1 when there is none.
 
-  Reads the TIFF structure after the first `Exif\0\0` of the APP1 segment: byte order, IFD0,
-  then the entry with tag 0x0112 (a SHORT). Anything out of range reads as 1 (upright).
+  One op (`jpeg_orientation` on the first 64 KiB): a parse in TF ops costs tens of small ops
+  per image, more than the decode on a busy CPU.
   """
   tf = _tf()
-  head = tf.strings.substr(data, 0, _EXIF_SEARCH)
-  found = tf.strings.split(head, sep=_EXIF_HEADER, maxsplit=1)
-  tiff = tf.strings.length(found[0]) + len(_EXIF_HEADER)
-  padded = tf.strings.join([head, bytes(_EXIF_SEARCH + 12 * _MAX_IFD_ENTRIES + 16)])
-  little = tf.equal(tf.strings.substr(padded, tiff, 2), b'II')
+  orientation = tf.numpy_function(jpeg_orientation, [tf.strings.substr(data, 0, _EXIF_SEARCH)],
+                                  tf.int32, stateful=False)
+  orientation.set_shape([])
+  return orientation
 
-  def raw(pos, length):
-    return tf.cast(tf.io.decode_raw(tf.strings.substr(padded, pos, length), tf.uint8), tf.int32)
 
-  def number(b):  # Bytes along the last axis → an unsigned integer in the file's byte order.
-    weights = 256 ** tf.range(tf.shape(b)[-1] - 1, -1, -1)
-    return tf.reduce_sum(b * tf.where(little, tf.reverse(weights, [0]), weights), -1)
+def jpeg_orientation(head: Any) -> np.int32:
+  """The EXIF Orientation of a JPEG from its first bytes; 1 (upright) without one.
 
-  ifd = tiff + tf.minimum(number(raw(tiff + 4, 4)), _EXIF_SEARCH)
-  count = tf.minimum(number(raw(ifd, 2)), _MAX_IFD_ENTRIES)
-  entries = tf.reshape(raw(ifd + 2, 12 * count), [-1, 12])
-  match = tf.equal(number(entries[:, :2]), 0x0112)
-  value = tf.reduce_max(tf.where(match, number(entries[:, 8:10]), 0))
-  valid = tf.logical_and(
-      tf.logical_and(tf.equal(tf.strings.substr(data, 0, 2), b'\xff\xd8'),
-                     tf.size(found) > 1),
-      tf.logical_and(tf.logical_or(little, tf.equal(tf.strings.substr(padded, tiff, 2), b'MM')),
-                     tf.logical_and(value >= 1, value <= 8)))
-  return tf.where(valid, value, 1)
+  Walks the marker segments by their lengths to the APP1 segment that starts with
+  `Exif\0\0` (stopping at the first scan), then reads its TIFF structure: byte order, IFD0,
+  the entry with tag 0x0112 (a SHORT). Anything malformed or out of range reads as 1.
+  """
+  head = head.item() if isinstance(head, np.ndarray) else bytes(head)  # numpy_function: 0-d.
+  pos = 2 if head[:2] == b'\xff\xd8' else len(head)
+  while pos + 4 <= len(head) and head[pos] == 0xFF and head[pos + 1] != 0xDA:
+    length = int.from_bytes(head[pos + 2:pos + 4], 'big')
+    if head[pos + 1] == 0xE1 and head[pos + 4:pos + 10] == _EXIF_HEADER:
+      return np.int32(_tiff_orientation(head[pos + 10:pos + 2 + length]))
+    pos += 2 + length
+  return np.int32(1)
+
+
+def _tiff_orientation(tiff: bytes) -> int:
+  """Tag 0x0112 of IFD0 of a TIFF structure; 1 if absent or invalid."""
+  order = {b'II': 'little', b'MM': 'big'}.get(tiff[:2])
+  if order is None or len(tiff) < 8:
+    return 1
+  ifd = int.from_bytes(tiff[4:8], order)
+  count = int.from_bytes(tiff[ifd:ifd + 2], order) if ifd + 2 <= len(tiff) else 0
+  for start in range(ifd + 2, ifd + 2 + 12 * min(count, _MAX_IFD_ENTRIES), 12):
+    entry = tiff[start:start + 12]
+    if len(entry) == 12 and int.from_bytes(entry[:2], order) == 0x0112:
+      value = int.from_bytes(entry[8:10], order)
+      return value if 1 <= value <= 8 else 1
+  return 1
 
 
 def orient(image, orientation):
-  """`image` (h, w, c) turned upright for EXIF `orientation` (1-8), as Pillow's exif_transpose."""
+  """`image` (h, w, c) turned upright for EXIF `orientation` (1-8), as Pillow's exif_transpose.
+
+  Upright images pass through untouched; the others are transposed and flipped as the table
+  `_ORIENTATIONS` says (gathers of the row and column indices).
+  """
   tf = _tf()
 
-  def transform(transpose, k, flip):
-    def apply():
-      x = tf.transpose(image, [1, 0, 2]) if transpose else image
-      x = tf.image.rot90(x, k) if k else x
-      return tf.reverse(x, [1]) if flip else x  # Mirrored left-right.
-    return apply
+  def turn():
+    transpose, flip_rows, flip_cols = tf.unstack(
+        tf.gather(tf.constant(_ORIENTATIONS) > 0, tf.clip_by_value(orientation, 1, 8) - 1))
+    turned = tf.transpose(image, tf.where(transpose, [1, 0, 2], [0, 1, 2]))
+    shape = tf.shape(turned)
+    turned = tf.gather(turned, _indices(shape[0], flip_rows), axis=0)
+    return tf.gather(turned, _indices(shape[1], flip_cols), axis=1)
 
-  return tf.switch_case(orientation - 1, [transform(*_ORIENTATIONS[o]) for o in range(1, 9)])
+  return tf.cond(tf.equal(orientation, 1), lambda: image, turn)
+
+
+def _indices(size, flip):
+  """0 .. size - 1, reversed when `flip`."""
+  tf = _tf()
+  return tf.where(flip, tf.range(size - 1, -1, -1), tf.range(size))
 
 
 def resize(image, size: int):
