@@ -133,13 +133,13 @@ def test_help_of_the_entry_point_lists_the_tools_own_flags():
   listed = proc.stdout.split('\nflags:\n')[1]
   for flag in ('model', 'image', 'image_size', 'num_classes', 'sizes', 'also', '[no]xla'):
     assert f'  --{flag}:' in listed, flag
-  assert '--checkpoint' not in listed  # The checkpoint tools' flag, not flops'.
+  assert '  --checkpoint:' in listed  # Counts the model a checkpoint holds.
 
 
 @pytest.mark.parametrize('args, message', [
     (['--model=ViT-Q'], 'Unknown model'),
     (['--model=Mixer-B_16'], 'Mixer'),
-    (['--model=ResNet-50'], 'ResNet presets are not supported'),
+    (['--model=ResNet-50'], 'ResNet-50 is a plain ResNet'),
     (['--image=0'], 'positive'),
     (['stray'], 'Unexpected arguments'),
 ])

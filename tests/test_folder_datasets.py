@@ -363,3 +363,59 @@ def test_eval_counts_files_with_trailers_and_masks_only_truncated_ones(tmp_path)
   assert result['num_examples'] == len(CLASSES) * 2 * len(WHOLE)  # 18 of the 30 files.
   batches = list(input_pipeline.get_eval_data(make_config(root)).batches())
   assert sum(b['mask'].sum() for b in batches) == 18
+
+
+def _png(path, seed=0):
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  pixels = np.random.default_rng(seed).integers(0, 256, (6, 5, 3), dtype=np.uint8)
+  Image.fromarray(pixels).save(path)
+
+
+def write_jupyter_folder(root):
+  """cat/dog with a nested sub-folder, plus what Jupyter and macOS leave behind."""
+  for i, rel in enumerate(['train/cat/a.png', 'train/cat/2024/b.png', 'train/cat/2024/x/c.png',
+                           'train/dog/a.png', 'train/dog/b.png', 'test/cat/deep/a.png',
+                           'test/dog/a.png',
+                           # Hidden: never a class, never an image.
+                           'train/.ipynb_checkpoints/a-checkpoint.png',
+                           'train/cat/.ipynb_checkpoints/a-checkpoint.png',
+                           'train/dog/.hidden.png', 'test/.ipynb_checkpoints/a.png']):
+    _png(os.path.join(root, rel), seed=i)
+  return str(root)
+
+
+def test_hidden_files_are_skipped_and_nested_images_belong_to_their_class(tmp_path):
+  root = write_jupyter_folder(tmp_path)
+  config = make_config(root)
+  info = input_pipeline.get_dataset_info(config)
+  assert info.class_names == ('cat', 'dog')
+  assert (info.num_train_examples, info.num_test_examples) == (5, 2)
+  listed = sorted(os.path.relpath(p, root) for p in files(root, 'train'))
+  assert listed == sorted(['train/cat/a.png', 'train/cat/2024/b.png', 'train/cat/2024/x/c.png',
+                           'train/dog/a.png', 'train/dog/b.png'])
+  paths, labels = folder_source.folder_split(root, ('cat', 'dog'), 'test')
+  assert dict(zip((os.path.relpath(p, root) for p in paths), labels)) == {
+      'test/cat/deep/a.png': 0, 'test/dog/a.png': 1}
+  evaluated = images_of(input_pipeline.get_eval_data(config).batches(), masked=True)
+  assert len(evaluated) == 2
+
+
+def test_predict_on_a_folder_skips_hidden_files_and_reads_sub_folders(tmp_path):
+  root = write_jupyter_folder(tmp_path)
+  found = [os.path.relpath(p, root) for p in image_ops.list_images([os.path.join(root, 'train')])]
+  assert found == ['train/cat/2024/b.png', 'train/cat/2024/x/c.png', 'train/cat/a.png',
+                   'train/dog/a.png', 'train/dog/b.png']
+
+
+@pytest.mark.parametrize('split', ['train', 'test'])
+def test_an_empty_class_folder_is_one_line_naming_it(tmp_path, split):
+  root = write_jupyter_folder(tmp_path)
+  os.makedirs(os.path.join(root, split, 'eel', '.ipynb_checkpoints'))  # Only hidden inside.
+  if split == 'test':
+    os.makedirs(os.path.join(root, 'train', 'eel'))
+    _png(os.path.join(root, 'train', 'eel', 'a.png'))
+  with pytest.raises(ValueError) as error:
+    input_pipeline.get_dataset_info(make_config(root))
+  message = str(error.value)
+  assert f'Empty class folder {os.path.join(root, split, "eel")}' in message
+  assert 'delete the folder' in message and '\n' not in message

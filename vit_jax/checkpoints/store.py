@@ -108,6 +108,9 @@ def resolve_name(path_or_name: str) -> str:
   """
   if is_remote(path_or_name) or timm_files.is_timm_source(path_or_name):
     return path_or_name
+  pickled = timm_files.pickled_weights(path_or_name)
+  if pickled and not os.path.isfile(os.path.join(path_or_name, PARAMS_FILE)):
+    raise CheckpointError(timm_files.refuse_pickle(pickled))
   if os.path.isdir(path_or_name):
     path = os.path.join(path_or_name, PARAMS_FILE)
     if not os.path.isfile(path):

@@ -7,13 +7,16 @@
 import json
 import math
 import os
-from typing import Any, Dict, Mapping, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from vit_jax import presets
 from vit_jax.checkpoints import npz_format
 from vit_jax.checkpoints import timm_architectures
 from vit_jax.checkpoints import timm_vit
 from vit_jax.checkpoints.timm_files import CONFIG_FILE, WEIGHTS_FILE, TimmFormatError
+
+
+_FAMILY_NAMES = {'mixer': 'MLP-Mixer', 'swin': 'Swin Transformer', 'resnet': 'plain ResNet'}
 
 
 def _timm_pool(classifier: str) -> Tuple[bool, str]:
@@ -65,7 +68,11 @@ def timm_model_args(model_config: Mapping[str, Any], num_classes: int,
       position embeddings, a LayerNorm epsilon its architecture does not have).
   """
   c = model_config
-  problem = ('a ResNet stem' if presets.family_of(c) == 'hybrid' else
+  family = presets.family_of(c)
+  if family in ('mixer', 'swin', 'resnet'):  # timm has them, but this writer knows its ViT only.
+    raise TimmFormatError(f'timm\'s ViT cannot represent this model (a {_FAMILY_NAMES[family]}); '
+                          'export_timm writes ViTs only.')
+  problem = ('a ResNet stem' if family == 'hybrid' else
              'pre_logits' if c.get('representation_size') is not None else
              f'posemb {c.get("posemb")}' if c.get('posemb', 'learn') not in ('learn', 'none')
              else None)
@@ -94,12 +101,15 @@ def timm_model_args(model_config: Mapping[str, Any], num_classes: int,
 
 def export(params: Mapping[str, Any], model_config: Mapping[str, Any], directory: str, *,
            num_classes: int, image_size: int, mean: Sequence[float] = presets.OFFICIAL_MEAN,
-           std: Sequence[float] = presets.OFFICIAL_STD) -> str:
+           std: Sequence[float] = presets.OFFICIAL_STD,
+           label_names: Optional[Sequence[str]] = None) -> str:
   """Writes `params` as a timm hub folder (config.json + model.safetensors); returns its path.
 
   `timm.create_model(architecture, pretrained=True, pretrained_cfg_overlay=dict(file=
   <folder>/model.safetensors), **model_args)` (both from config.json) or
-  `timm.create_model('local-dir:<folder>', pretrained=True)` then loads it.
+  `timm.create_model('local-dir:<folder>', pretrained=True)` then loads it. `label_names` (the
+  head's class names, in order) go where timm's hub configs keep them (top-level
+  `label_names`; timm reads them into `pretrained_cfg`).
   """
   from safetensors.numpy import save_file
   name, args = timm_model_args(model_config, num_classes, image_size)
@@ -113,6 +123,11 @@ def export(params: Mapping[str, Any], model_config: Mapping[str, Any], directory
                           crop_mode='center', mean=list(mean), std=list(std),
                           num_classes=int(num_classes), first_conv='patch_embed.proj',
                           classifier='head'))
+  if label_names:
+    if len(label_names) != num_classes:
+      raise TimmFormatError(f'{len(label_names)} class names for a head of {num_classes} '
+                            'outputs; the run\'s metadata.json does not describe these weights.')
+    config['label_names'] = [str(name) for name in label_names]
   os.makedirs(directory, exist_ok=True)
   for filename, write in ((WEIGHTS_FILE, lambda p: save_file(state, p)),
                           (CONFIG_FILE, lambda p: _write_json(config, p))):

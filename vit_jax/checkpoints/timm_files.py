@@ -77,6 +77,32 @@ def is_timm_source(path: str) -> bool:
   return os.path.isdir(path) and os.path.isfile(os.path.join(path, WEIGHTS_FILE))
 
 
+# PyTorch's pickled weights (timm's older `pytorch_model.bin`, official `.pth` releases): never
+# read, since unpickling runs code; `pickled_weights` finds them so the error can say so.
+PICKLE_EXTENSIONS = ('.bin', '.pth', '.pt')
+
+
+def pickled_weights(path: str) -> Optional[str]:
+  """The PyTorch pickle `path` is, or a folder's only weights are; None otherwise."""
+  if os.path.isfile(path):
+    return path if path.lower().endswith(PICKLE_EXTENSIONS) else None
+  if not os.path.isdir(path) or os.path.isfile(os.path.join(path, WEIGHTS_FILE)):
+    return None
+  found = sorted(e.name for e in os.scandir(path)
+                 if e.is_file() and e.name.lower().endswith(PICKLE_EXTENSIONS))
+  return os.path.join(path, found[0]) if found else None
+
+
+def refuse_pickle(path: str) -> str:
+  """The one line for a PyTorch pickle: only safetensors is read, and how to convert."""
+  target = os.path.join(os.path.dirname(path), WEIGHTS_FILE)
+  return (f'{path} is a PyTorch pickle: only safetensors weights are read (unpickling can run '
+          'code). Convert it once with torch: python -c "import torch; from safetensors.torch '
+          f'import save_file; save_file(torch.load(\'{path}\', map_location=\'cpu\', '
+          f'weights_only=True), \'{target}\')" and pass {os.path.dirname(path) or "."} '
+          '(with its config.json) or the .safetensors file.')
+
+
 def hub_files(repo_id: str) -> Tuple[str, Optional[str]]:
   """(weights, config.json or None) of hub repository `repo_id`, through huggingface_hub.
 

@@ -6,13 +6,15 @@ files within a class by name), so every % slice holds each class in proportion a
 `train[:98%]` and `train[98%:]` partition train/. `test`, `val` and `validation` name the same
 folder when only one of them exists; with train/ alone they are `train[98%:]` and a bare `train`
 is `train[:98%]`, as the TFDS presets hold out a slice. Listing only reads directories; a broken
-file is found when read (`image_ops.readable`).
+file is found when read (`image_ops.readable`). Folder rules (`image_ops.image_files`, as
+torchvision's ImageFolder): images in nested sub-folders of a class belong to it, hidden files
+and folders (`.ipynb_checkpoints`) are skipped, and an empty class folder is an error.
 """
 
 import functools
 import hashlib
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import jax
 import numpy as np
@@ -38,7 +40,7 @@ def open_folder(root: str) -> sources.Source:
     ValueError: `root` has no train/<class>/ folders.
   """
   train_dir = os.path.join(root, 'train')
-  classes = tuple(sorted(_subdirs(train_dir))) if os.path.isdir(train_dir) else ()
+  classes = tuple(image_ops.class_folders(train_dir)) if os.path.isdir(train_dir) else ()
   if not classes:
     raise ValueError(f'{root} is not an image dataset: expected {root}/train/<class>/*.jpg '
                      f'(or .jpeg/.png) and {root}/test/<class>/*.jpg, one folder per class.')
@@ -151,19 +153,23 @@ def _list_images(split_dir: str, classes: Tuple[str, ...]) -> Tuple[np.ndarray, 
   """Image files under split_dir/<class>/ and their labels, classes interleaved evenly.
 
   File j of a class with n files sorts at (j + 0.5) / n (ties by class), files within a class
-  by name: any prefix or suffix holds every class in proportion. Only directories are read
+  by relative path: any prefix or suffix holds every class in proportion. Only directories are read
   (no file is opened), so a million files list in seconds; cached per process.
   """
-  unknown = sorted(set(_subdirs(split_dir)) - set(classes))
+  unknown = sorted(set(image_ops.class_folders(split_dir)) - set(classes))
   if unknown:
     raise ValueError(f'{split_dir} has class folders {unknown} that train/ lacks; every class '
                      'needs a folder in train/.')
-  files = []
-  for c in classes:
-    folder = os.path.join(split_dir, c)
-    files.append(sorted(e.name for e in os.scandir(folder)
-                        if e.name.lower().endswith(image_ops.DATASET_EXTENSIONS) and e.is_file())
-                 if os.path.isdir(folder) else [])
+  files = [image_ops.image_files(os.path.join(split_dir, c), image_ops.DATASET_EXTENSIONS)
+           if os.path.isdir(os.path.join(split_dir, c)) else [] for c in classes]
+  empty = [c for c, names in zip(classes, files)
+           if not names and os.path.isdir(os.path.join(split_dir, c))]
+  if empty:
+    named = ', '.join(os.path.join(split_dir, c) for c in empty[:3])
+    more = f' and {len(empty) - 3} more' if len(empty) > 3 else ''
+    raise ValueError(f'Empty class folder {named}{more}: no '
+                     f'{"/".join(image_ops.DATASET_EXTENSIONS)} files in it or its sub-folders '
+                     '(hidden ones are skipped); add its images or delete the folder.')
   if not any(files):
     raise ValueError(f'{split_dir} has no {"/".join(image_ops.DATASET_EXTENSIONS)} files in its '
                      f'class folders; expected {split_dir}/<class>/*.jpg.')
@@ -175,6 +181,3 @@ def _list_images(split_dir: str, classes: Tuple[str, ...]) -> Tuple[np.ndarray, 
   logging.info('%s: %d images in %d classes.', split_dir, len(paths), len(classes))
   return paths, labels[order]
 
-
-def _subdirs(directory: str) -> List[str]:
-  return [e.name for e in os.scandir(directory) if e.is_dir()]

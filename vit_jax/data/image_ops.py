@@ -9,7 +9,7 @@ bit. TensorFlow is imported on first use, so the tools' `--help` stays fast.
 import functools
 import os
 import threading
-from typing import Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Sequence
 
 import numpy as np
 from absl import logging
@@ -40,10 +40,96 @@ def _tf():
 
 
 def decode(data):
-  """Encoded image bytes (tf.string) → uint8 [h, w, 3]: grayscale is repeated, alpha dropped."""
-  image = _tf().io.decode_image(data, channels=3, expand_animations=False)
+  """Encoded image bytes (tf.string) → uint8 [h, w, 3] as displayed.
+
+  Grayscale is repeated, alpha dropped, 16-bit samples keep their high byte (TF's own
+  conversion, x >> 8: within one 8-bit level of x / 65535 · 255), and a JPEG's EXIF
+  Orientation is applied (`exif_orientation`), as cameras and phones store portraits.
+  """
+  tf = _tf()
+  image = tf.io.decode_image(data, channels=3, expand_animations=False)
   image.set_shape([None, None, 3])
-  return image
+  return orient(image, exif_orientation(data))
+
+
+# EXIF Orientation (tag 0x0112) → (transpose, flip rows, flip columns), applied in that order:
+# 1 upright, 2 mirrored, 3 rotated 180, 4 flipped, 5 transposed, 6 rotated 90° clockwise,
+# 7 transversed, 8 rotated 90° counter-clockwise: Pillow's `ImageOps.exif_transpose` (tested).
+_ORIENTATIONS = ((0, 0, 0), (0, 0, 1), (0, 1, 1), (0, 1, 0), (1, 0, 0), (1, 0, 1), (1, 1, 1),
+                 (1, 1, 0))
+_EXIF_HEADER = b'Exif\x00\x00'
+_EXIF_SEARCH = 65536  # APP1 (where EXIF lives) sits among the first marker segments.
+_MAX_IFD_ENTRIES = 256
+
+
+def exif_orientation(data):
+  """The EXIF Orientation (1-8) of JPEG bytes (tf.string scalar); 1 when there is none.
+
+  One op (`jpeg_orientation` on the first 64 KiB): a parse in TF ops costs tens of small ops
+  per image, more than the decode on a busy CPU.
+  """
+  tf = _tf()
+  orientation = tf.numpy_function(jpeg_orientation, [tf.strings.substr(data, 0, _EXIF_SEARCH)],
+                                  tf.int32, stateful=False)
+  orientation.set_shape([])
+  return orientation
+
+
+def jpeg_orientation(head: Any) -> np.int32:
+  """The EXIF Orientation of a JPEG from its first bytes; 1 (upright) without one.
+
+  Walks the marker segments by their lengths to the APP1 segment that starts with
+  `Exif\0\0` (stopping at the first scan), then reads its TIFF structure: byte order, IFD0,
+  the entry with tag 0x0112 (a SHORT). Anything malformed or out of range reads as 1.
+  """
+  head = head.item() if isinstance(head, np.ndarray) else bytes(head)  # numpy_function: 0-d.
+  pos = 2 if head[:2] == b'\xff\xd8' else len(head)
+  while pos + 4 <= len(head) and head[pos] == 0xFF and head[pos + 1] != 0xDA:
+    length = int.from_bytes(head[pos + 2:pos + 4], 'big')
+    if head[pos + 1] == 0xE1 and head[pos + 4:pos + 10] == _EXIF_HEADER:
+      return np.int32(_tiff_orientation(head[pos + 10:pos + 2 + length]))
+    pos += 2 + length
+  return np.int32(1)
+
+
+def _tiff_orientation(tiff: bytes) -> int:
+  """Tag 0x0112 of IFD0 of a TIFF structure; 1 if absent or invalid."""
+  order = {b'II': 'little', b'MM': 'big'}.get(tiff[:2])
+  if order is None or len(tiff) < 8:
+    return 1
+  ifd = int.from_bytes(tiff[4:8], order)
+  count = int.from_bytes(tiff[ifd:ifd + 2], order) if ifd + 2 <= len(tiff) else 0
+  for start in range(ifd + 2, ifd + 2 + 12 * min(count, _MAX_IFD_ENTRIES), 12):
+    entry = tiff[start:start + 12]
+    if len(entry) == 12 and int.from_bytes(entry[:2], order) == 0x0112:
+      value = int.from_bytes(entry[8:10], order)
+      return value if 1 <= value <= 8 else 1
+  return 1
+
+
+def orient(image, orientation):
+  """`image` (h, w, c) turned upright for EXIF `orientation` (1-8), as Pillow's exif_transpose.
+
+  Upright images pass through untouched; the others are transposed and flipped as the table
+  `_ORIENTATIONS` says (gathers of the row and column indices).
+  """
+  tf = _tf()
+
+  def turn():
+    transpose, flip_rows, flip_cols = tf.unstack(
+        tf.gather(tf.constant(_ORIENTATIONS) > 0, tf.clip_by_value(orientation, 1, 8) - 1))
+    turned = tf.transpose(image, tf.where(transpose, [1, 0, 2], [0, 1, 2]))
+    shape = tf.shape(turned)
+    turned = tf.gather(turned, _indices(shape[0], flip_rows), axis=0)
+    return tf.gather(turned, _indices(shape[1], flip_cols), axis=1)
+
+  return tf.cond(tf.equal(orientation, 1), lambda: image, turn)
+
+
+def _indices(size, flip):
+  """0 .. size - 1, reversed when `flip`."""
+  tf = _tf()
+  return tf.where(flip, tf.range(size - 1, -1, -1), tf.range(size))
 
 
 def resize(image, size: int):
@@ -98,18 +184,27 @@ def read_image(path: str) -> np.ndarray:
 
 
 def _read_image_pil(path: str) -> np.ndarray:
-  from PIL import Image, UnidentifiedImageError
+  from PIL import Image, ImageOps, UnidentifiedImageError
   try:
     with Image.open(path) as image:
       image.load()
-      if image.mode in ('I;16', 'I;16B', 'I;16L', 'I'):
-        # 16-bit grey: scale to 8 bits rather than clip (convert('RGB') would saturate).
-        array = np.asarray(image, np.float64)
-        image = Image.fromarray(np.round(array * 255. / max(array.max(), 1.)).astype(np.uint8))
+      image = ImageOps.exif_transpose(image)  # A TIFF's Orientation tag, as `decode` a JPEG's.
+      if image.mode.startswith('I;16') or image.mode == 'I':
+        image = Image.fromarray(_high_byte(image, path))
       return np.asarray(image.convert('RGB'), np.uint8)
   except (UnidentifiedImageError, OSError, ValueError) as e:
     raise ImageError(f'Could not read image "{path}" ({e}); it is not an image file this tool '
                      'can decode (JPEG, PNG, GIF, BMP, WebP, TIFF).') from None
+
+
+def _high_byte(image, path: str) -> np.ndarray:
+  """A 16-bit grey image → uint8 as TF's PNG decoder converts (x >> 8), so a 16-bit TIFF and
+  a 16-bit PNG of the same picture give the same pixels (convert('RGB') would saturate)."""
+  bits = getattr(image, 'tag_v2', {}).get(258, (16,))
+  if image.mode == 'I' and tuple(bits)[0] != 16:
+    raise ImageError(f'Could not read image "{path}": {tuple(bits)[0]}-bit integer samples; '
+                     'save it with 8 or 16 bits per sample.')
+  return (np.asarray(image).astype(np.int64) >> 8).clip(0, 255).astype(np.uint8)
 
 
 def preprocess(image: np.ndarray, image_size: int,
@@ -225,18 +320,43 @@ def _count_unreadable(name: bytes) -> np.bool_:
   return np.bool_(False)
 
 
+def is_hidden(name: str) -> bool:
+  """A hidden file or folder ('.ipynb_checkpoints', '.DS_Store'): never a class or an image."""
+  return name.startswith('.')
+
+
+def class_folders(directory: str) -> List[str]:
+  """The visible sub-folders of `directory`, sorted: an image dataset split's classes."""
+  return sorted(e.name for e in os.scandir(directory) if e.is_dir() and not is_hidden(e.name))
+
+
+def image_files(folder: str, extensions: Sequence[str] = IMAGE_EXTENSIONS) -> List[str]:
+  """Image files under `folder` as paths relative to it, sorted; hidden files and folders skipped.
+
+  Recursive, as torchvision's ImageFolder reads a class folder: images in nested sub-folders
+  belong to it. Only directories are read (no file is opened). The one listing that training,
+  evaluation and the tools (predict, analyze) use.
+  """
+  found = []
+  for root, dirs, names in os.walk(folder, followlinks=True):
+    dirs[:] = [d for d in dirs if not is_hidden(d)]  # Pruned: os.walk never enters them.
+    rel = os.path.relpath(root, folder)
+    found.extend(name if rel == '.' else os.path.join(rel, name) for name in names
+                 if not is_hidden(name) and name.lower().endswith(tuple(extensions)))
+  return sorted(found)
+
+
 def list_images(paths: Sequence[str]) -> List[str]:
-  """Files named, plus image files in named folders (recursively, sorted)."""
+  """Files named, plus image files in named folders (`image_files`: recursive, sorted)."""
   if not paths:
     raise ValueError('No images given: pass image files or folders after the flags.')
   found = []
   for path in paths:
     if os.path.isdir(path):
-      inside = sorted(os.path.join(root, name) for root, _, names in os.walk(path)
-                      for name in names if name.lower().endswith(IMAGE_EXTENSIONS))
+      inside = [os.path.join(path, name) for name in image_files(path)]
       if not inside:
         raise ValueError(f'Folder "{path}" has no image files '
-                         f'({", ".join(IMAGE_EXTENSIONS)}).')
+                         f'({", ".join(IMAGE_EXTENSIONS)}; hidden files and folders skipped).')
       found.extend(inside)
     elif os.path.isfile(path):
       found.append(path)

@@ -245,10 +245,9 @@ def _load_inputs(paths: Sequence[str], loaded: loading.LoadedModel
                     for _, image in samples]), note)
 
 
-def _attention(loaded: loading.LoadedModel, images: np.ndarray,
+def _attention(loaded: loading.LoadedModel, feature_fn: Any, images: np.ndarray,
                batch_size: int) -> List[np.ndarray]:
   """Per layer, (num_images, heads, N, N) attention weights, computed batch by batch."""
-  feature_fn = features.make_feature_fn(loaded.model)
   batches = [feature_fn(loaded.params, images[i:i + batch_size]).attention
              for i in range(0, len(images), batch_size)]
   return [np.concatenate([np.asarray(b[layer]) for b in batches])
@@ -257,13 +256,19 @@ def _attention(loaded: loading.LoadedModel, images: np.ndarray,
 
 def analyze(loaded: loading.LoadedModel, out_dir: str, image_paths: Sequence[str] = (), *,
             num_components: int = 28, batch_size: int = 8) -> Dict[str, Any]:
-  """Writes the figures and analysis.json into `out_dir` and returns the JSON's contents."""
+  """Writes the figures and analysis.json into `out_dir` and returns the JSON's contents.
+
+  Raises:
+    ValueError: the model has no global attention to draw (Swin, Mixer, ResNet), before any
+      file is written.
+  """
+  feature_fn = features.make_feature_fn(loaded.model)
   os.makedirs(out_dir, exist_ok=True)
   config, size = loaded.config, loaded.image_size
   grid = tuple(models.token_grid(config, (size, size)))
   stride, prefix = size // grid[0], presets.num_prefix_tokens(config)
   names, images, note = _load_inputs(image_paths, loaded)
-  attention = _attention(loaded, images, batch_size)
+  attention = _attention(loaded, feature_fn, images, batch_size)
   result: Dict[str, Any] = {
       'checkpoint': loaded.source, 'model': config.model_name, 'image_size': size,
       'token_grid': list(grid), 'images': names, 'images_note': note, 'files': []}

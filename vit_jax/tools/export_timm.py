@@ -5,8 +5,9 @@
 The checkpoint is anything the tools read (a run directory, an .npz, a published name, a timm
 hub folder, .safetensors file or hf-hub name). In PyTorch, `timm.create_model(
 'local-dir:exports/quickstart', pretrained=True)` then gives the same logits (config.json
-carries the architecture, its model_args and the input size, mean and std). What timm's ViT
-cannot hold (hybrids, pre_logits, 2-D or sin-cos position embeddings) is one error line.
+carries the architecture, its model_args, the input size, mean and std, and the run's class
+names as `label_names`). What timm's ViT cannot hold (hybrids, pre_logits, 2-D or sin-cos
+position embeddings; Mixer, Swin and ResNet models) is one error line.
 """
 
 import os
@@ -42,7 +43,8 @@ def main(argv: Sequence[str]) -> str:
   try:
     folder = timm_export.export(loaded.params, loaded.config.to_dict(), out,
                                 num_classes=loaded.num_classes, image_size=loaded.image_size,
-                                mean=loaded.mean, std=loaded.std)
+                                mean=loaded.mean, std=loaded.std,
+                                label_names=loaded.class_names)
   except timm_files.TimmFormatError as e:
     raise checkpoint.CheckpointError(str(e)) from None
   return (f'Wrote {folder}/{timm_files.WEIGHTS_FILE} and {timm_files.CONFIG_FILE}; in '

@@ -66,8 +66,9 @@ def _features(model: models_vit.VisionTransformer, params: Params,
 def make_feature_fn(model: Any) -> Callable[[Params, jax.Array], Features]:
   """A jitted `fn(params, images) -> Features` for `model`; build it once, call it per batch."""
   if not isinstance(model, models_vit.VisionTransformer) or model.transformer is None:
-    raise ValueError('Features need a Vision Transformer (ViT or hybrid); Mixer and '
-                     'ResNet-only models have no attention to capture.')
+    raise ValueError('Features need a Vision Transformer (ViT or hybrid): a Swin attends '
+                     'within shifted windows (no token-to-token map over the image), Mixer and '
+                     'ResNet models have no attention to capture.')
   return jax.jit(functools.partial(_features, model))
 
 

@@ -1,6 +1,7 @@
-"""Analytic forward FLOPs of a ViT, hybrid or Swin preset, per image.
+"""Analytic forward FLOPs of a ViT, hybrid or Swin preset or checkpoint, per image.
 
   python -m vit_jax.flops --model=ViT-B_16 --image=224
+  python -m vit_jax.flops --checkpoint=runs/quickstart/finetune   # its model, size and classes
   python -m vit_jax.flops --model=R50+ViT-B_16 --image=384 --xla   # also ask XLA
   python -m vit_jax.flops --model=ViT-B_16 --also=Swin-B_4_7 --sizes=224,384,512,768,1024
 
@@ -16,8 +17,12 @@ A Swin attends within M×M windows: its attention is tokens × M² × width, lin
 (windows are padded to whole windows, which the count includes). With posemb='relative' each
 block's queries also meet every offset's key ('relative_position': tokens × offsets × width,
 offsets = (2gh-1)(2gw-1) + 3 with a class token); the gather of each pair's logit is free.
-`--sizes` prints attention and total FLOPs against the image side for `--model` and the
-`--also` models (docs/analysis.md).
+`--sizes` prints attention and
+total FLOPs against the image side for `--model` and the `--also` models (docs/analysis.md).
+`--checkpoint` (anything the other tools read) counts the model the checkpoint holds, at its
+resolution and with its head unless `--image` / `--num_classes` say otherwise. Mixer and plain
+ResNet models are refused in one line (XLA's count: the `--xla` number of another tool, not
+analytic).
 """
 
 import math
@@ -26,10 +31,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from absl import flags
 
+import ml_collections
+
 from vit_jax.tools import cli
 from vit_jax import models
 from vit_jax import position_embeddings
 from vit_jax import presets
+from vit_jax.checkpoints import loading
 
 PARTS = ('resnet', 'patch_embedding', 'patch_merging', 'qkv_out_projections', 'attention',
          'relative_position', 'mlp', 'head')
@@ -42,10 +50,15 @@ _SIZES = flags.DEFINE_list('sizes', [], 'Image sides: print attention and total 
 _ALSO = flags.DEFINE_list('also', [], 'More presets for the --sizes table (e.g. Swin-B_4_7).')
 _XLA = flags.DEFINE_bool('xla', False, 'Also compile the forward pass (batch 1) and print '
                          'XLA\'s cost-analysis FLOPs (takes seconds to a minute).')
-for _name in ('model', 'image_size'):  # Defined in cli.py; --image_size is --image here.
+for _name in ('checkpoint', 'model', 'image_size'):  # Defined in cli.py; --image_size: --image.
   flags.declare_key_flag(_name)
 FLAG_DEFAULTS = {'model': 'ViT-B_16'}
-FLAG_HELP = {'model': 'Model preset (ViT or hybrid).', 'image_size': 'Same as --image.'}
+FLAG_HELP = {'model': 'Model preset (ViT, hybrid or Swin); with --checkpoint, a check that the '
+                      'file is that model.',
+             'checkpoint': 'Count the model this checkpoint holds (an .npz, a run directory, a '
+                           'published name, a timm hub folder) at its own resolution and '
+                           'number of classes; --image and --num_classes override them.',
+             'image_size': 'Same as --image.'}
 
 
 def conv_flops(out_hw: Tuple[int, int], kernel: Tuple[int, int], cin: int, cout: int) -> int:
@@ -90,10 +103,11 @@ def count_flops(model_config: Any, image_size: int, num_classes: int = 1000) -> 
     image_size: square input side in pixels.
     num_classes: head outputs; 0 for none.
   """
-  family = models.family_of(model_config)
+  family = presets.family_of(model_config)
   if family in ('mixer', 'resnet'):
-    raise ValueError('flops counts ViT, hybrid and Swin models; Mixer and ResNet presets are not '
-                     'supported (XLA\'s cost_analysis() of the jitted forward pass counts them).')
+    kind = 'an MLP-Mixer' if family == 'mixer' else 'a plain ResNet'
+    raise ValueError(f'flops counts ViT, hybrid and Swin models; {model_config.get("model_name")} '
+                     f'is {kind}, which it does not count.')
   if family == 'swin':
     return swin_flops(model_config, image_size, num_classes)
   hw, channels, out = (image_size, image_size), 3, {}
@@ -154,9 +168,8 @@ def swin_flops(model_config: Any, image_size: int, num_classes: int = 1000) -> D
 
 def _variant(model_config: Any, change: str) -> Tuple[Any, int]:
   """A copy of the config with one dimension doubled, and the image-size multiplier."""
-  config = models.get_config(model_config.model_name)
-  config.update(model_config.to_dict())
-  swin = models.family_of(config) == 'swin'
+  config = ml_collections.ConfigDict(model_config.to_dict())  # An unlocked copy.
+  swin = presets.family_of(config) == 'swin'
   if swin:
     if change == 'hidden size':
       config.embed_dim *= 2
@@ -187,11 +200,17 @@ def scaling_table(model_config: Any, image_size: int,
   return rows
 
 
-def xla_flops(model_name: str, image_size: int, num_classes: int = 1000) -> float:
-  """XLA's cost-analysis FLOPs of the compiled batch-1 forward; params are never materialised."""
+def xla_flops(model: Any, image_size: int, num_classes: int = 1000) -> float:
+  """XLA's cost-analysis FLOPs of the compiled batch-1 forward; params are never materialised.
+
+  Args:
+    model: a preset name or a model ConfigDict.
+    image_size: square input side.
+    num_classes: head outputs.
+  """
   import jax
   import jax.numpy as jnp
-  model = models.get_model(model_name, num_classes=num_classes)
+  model = models.get_model(model, num_classes=num_classes)
   images = jax.ShapeDtypeStruct((1, image_size, image_size, 3), jnp.float32)
   params = jax.eval_shape(lambda x: model.init(jax.random.key(0), x, train=False), images)
   forward = jax.jit(lambda p, x: model.apply(p, x, train=False))
@@ -201,10 +220,10 @@ def xla_flops(model_name: str, image_size: int, num_classes: int = 1000) -> floa
   return float(cost['flops'])
 
 
-def format_report(model_name: str, image_size: int, num_classes: int,
+def format_report(config: Any, image_size: int, num_classes: int,
                   xla: Optional[float] = None) -> str:
-  """The breakdown and the doubling table as plain text."""
-  config = models.get_config(model_name)
+  """The breakdown and the doubling table of a model ConfigDict as plain text."""
+  model_name = config.get('model_name') or 'model'
   flops = count_flops(config, image_size, num_classes)
   total = flops['total']
   unit, scale = ('GFLOP', 1e9) if total >= 1e8 else ('MFLOP', 1e6)
@@ -225,18 +244,18 @@ def format_report(model_name: str, image_size: int, num_classes: int,
   return '\n'.join(lines)
 
 
-def size_table(model_names: Sequence[str], sizes: Sequence[int], num_classes: int = 1000) -> str:
+def size_table(configs: Sequence[Any], sizes: Sequence[int], num_classes: int = 1000) -> str:
   """Attention and total GFLOP per image against the image side, one row per model and side.
 
   ViTs attend over all tokens (attention ∝ tokens²); a Swin within windows (∝ tokens).
   """
   lines = [f'{"model":14s} {"side":>5s} {"tokens":>7s} {"attention GFLOP":>16s} '
            f'{"x prev":>7s} {"total GFLOP":>12s} {"attention share":>16s}']
-  for name in model_names:
-    config, previous = models.get_config(name), None
+  for config in configs:
+    name, previous = config.get('model_name') or 'model', None
     for side in sizes:
       flops = count_flops(config, side, num_classes)
-      grid = models.token_grid(config, (side, side)) if models.family_of(config) != 'swin' else (
+      grid = models.token_grid(config, (side, side)) if presets.family_of(config) != 'swin' else (
           side // config.patches.size[0], side // config.patches.size[1])
       growth = f'{flops["attention"] / previous:7.2f}' if previous else f'{"":7s}'
       lines.append(f'{name:14s} {side:5d} {grid[0] * grid[1]:7d} '
@@ -246,22 +265,37 @@ def size_table(model_names: Sequence[str], sizes: Sequence[int], num_classes: in
   return '\n'.join(lines)
 
 
+def _model(checkpoint: Optional[str]) -> Tuple[Any, Optional[int], Optional[int]]:
+  """(model ConfigDict, its image size, its classes): --checkpoint's model, else --model's.
+
+  With --checkpoint, --model is only a check (when given): the file says what it is.
+  """
+  if not checkpoint:
+    return models.get_config(cli.MODEL.value), None, None
+  loaded = loading.load_model(checkpoint, cli.MODEL.value if cli.MODEL.present else None,
+                              cli.IMAGE_SIZE.value)
+  return loaded.config, loaded.image_size, loaded.num_classes
+
+
 def main(argv: Sequence[str]) -> str:
-  """The FLOPs report of --model at --image (or the --sizes table)."""
+  """The FLOPs report of --model or --checkpoint at --image (or the --sizes table)."""
   if argv[1:]:
     raise ValueError(f'Unexpected arguments {list(argv[1:])}; pass --model=NAME --image=SIZE.')
-  model, num_classes = cli.MODEL.value, _NUM_CLASSES.value
-  image = _IMAGE.value if cli.IMAGE_SIZE.value is None else cli.IMAGE_SIZE.value
+  config, own_size, own_classes = _model(cli.CHECKPOINT.value)
+  num_classes = own_classes if own_classes is not None and not _NUM_CLASSES.present else (
+      _NUM_CLASSES.value)
+  image = (cli.IMAGE_SIZE.value if cli.IMAGE_SIZE.value is not None else
+           own_size if own_size and not _IMAGE.present else _IMAGE.value)
   if image < 1:
     raise ValueError('--image must be a positive number of pixels.')
-  for name in [model, *_ALSO.value]:
-    models.get_config(name)  # Unknown names fail here, with the list of known ones.
+  also = [models.get_config(name) for name in _ALSO.value]  # Unknown names: the known ones.
   if _SIZES.value:
     if not all(s.isdigit() and int(s) > 0 for s in _SIZES.value):
       raise ValueError(f'--sizes must be positive pixel counts, got {",".join(_SIZES.value)}.')
-    return size_table([model, *_ALSO.value], [int(s) for s in _SIZES.value], num_classes)
-  xla = xla_flops(model, image, num_classes) if _XLA.value else None
-  return format_report(model, image, num_classes, xla)
+    return size_table([config, *also], [int(s) for s in _SIZES.value], num_classes)
+  count_flops(config, image, num_classes)  # A Mixer or ResNet is refused before XLA compiles.
+  xla = xla_flops(config, image, num_classes) if _XLA.value else None
+  return format_report(config, image, num_classes, xla)
 
 
 if __name__ == '__main__':
