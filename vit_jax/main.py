@@ -41,6 +41,8 @@ TRAINERS = {
     'train': 'vit_jax.train:train_and_evaluate',
     'pretrain_then_finetune': 'vit_jax.train:pretrain_then_finetune',
     'inference_time': 'vit_jax.inference_time:inference_time',
+    'mpp': 'vit_jax.train:train_and_evaluate',  # The loop runs the masked trainers too.
+    'mae': 'vit_jax.train:train_and_evaluate',
 }
 # A run stopped by SIGTERM with work left exits as a process killed by SIGTERM would (128 + 15),
 # so schedulers that restart only failed jobs restart it; 0 means params.npz exists.

@@ -14,6 +14,7 @@ from vit_jax import checkpoint
 from vit_jax.checkpoints import metadata as metadata_lib
 from vit_jax.checkpoints import store
 from vit_jax.training import losses
+from vit_jax.training import masked
 from vit_jax.training import parallel
 from vit_jax.training import state as state_lib
 
@@ -50,10 +51,10 @@ def export_params(trainer: state_lib.Trainer, params: Any, workdir: str,
 
   Every process calls this: sharded params are gathered collectively first.
   """
-  host = parallel.to_host(params)
+  config = trainer.config
+  host = parallel.to_host(masked.encoder_params(config, params))
   if jax.process_index() != 0:
     return
-  config = trainer.config
   weights = exported_weights(config)
   extra = dict(ema_decay=config.ema_decay, accuracy_raw=result.get('accuracy_raw')
                ) if weights == 'ema' else {}
@@ -66,6 +67,11 @@ def export_params(trainer: state_lib.Trainer, params: Any, workdir: str,
       weights=weights, **extra, **{k: v for k, v in result.items()
                                    if k.startswith(('accuracy_', 'num_examples_'))
                                    and k != 'accuracy_raw'})
+  if masked.is_self_supervised(config):  # An encoder: no head, no labels, no accuracy.
+    description = dict(
+        {k: v for k, v in description.items() if not k.startswith(('accuracy', 'num_examples'))},
+        class_names=None, num_classes=0,
+        self_supervised=masked.description(config, trainer.total_steps, result))
   # The description goes inside the npz too: a renamed copy still says what model it is.
   path = checkpoint.save(host, os.path.join(workdir, store.PARAMS_FILE),
                          metadata=metadata_lib.describe_run(**description))
