@@ -212,3 +212,20 @@ def test_checkpoint_module_reads_the_export(tmp_path, mock_cifar10):
   train.train_and_evaluate(ssl_config('mae', total_steps=2), pre)
   assert checkpoint.load(os.path.join(pre, 'params.npz')).keys() == {
       'embedding', 'cls', 'Transformer'}
+
+
+@pytest.mark.parametrize('layout', ['flat', 'train'])
+def test_a_folder_of_unlabeled_images_pretrains(tmp_path, layout):
+  """`DIR/*.png` or `DIR/train/*.png`, no class folders: one class, 2% of it held out for eval."""
+  from PIL import Image
+  folder = tmp_path / 'images'
+  images = folder / 'train' if layout == 'train' else folder
+  images.mkdir(parents=True)
+  rng = np.random.default_rng(0)
+  for i in range(50):
+    Image.fromarray(rng.integers(0, 256, (40, 40, 3), np.uint8)).save(images / f'{i}.png')
+  config = ssl_config('mae', total_steps=2, dataset=str(folder))
+  config.pp.update(dict(train='train', test='test'))
+  result = train.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert result['step'] == 2 and result['num_examples'] == 1  # train[98%:] of 50 images.
+  assert np.isfinite(result['loss'])
