@@ -190,6 +190,16 @@ def test_mpp_export_fine_tunes_and_loads_in_the_tools(tmp_path, mock_cifar10, ca
       capsys.readouterr().err)
   with open(os.path.join(out, 'config.json')) as f:
     assert json.load(f)['num_classes'] == 0
+  from vit_jax.tools import analyze
+  assert cli.call(analyze, ['analyze', f'--checkpoint={pre}', f'--out={tmp_path / "an"}']) == 0
+  assert json.loads((tmp_path / 'an' / 'analysis.json').read_text())['token_grid'] == [4, 4]
+  from PIL import Image
+  from vit_jax.tools import predict
+  Image.fromarray(np.zeros((64, 64, 3), np.uint8)).save(tmp_path / 'x.png')
+  capsys.readouterr()
+  assert cli.call(predict, ['predict', f'--checkpoint={pre}', str(tmp_path / 'x.png')]) == 1
+  err = capsys.readouterr().err
+  assert 'no classification head' in err and len(err.strip().splitlines()) == 1, err
 
 
 @pytest.mark.parametrize('change,message', [
