@@ -1,4 +1,4 @@
-r"""Masked patch prediction, the ViT paper's self-supervision: `--config=configs/mpp.py:MODEL,DATASET`.
+r"""Masked patch prediction (the ViT paper's): `--config=configs/mpp.py:MODEL,DATASET`.
 
 MODEL is a short name of configs/vit.py (b16, l16, ...) or a preset name; DATASET a TFDS name
 or a folder of images (labels unused: `DIR/train/*.jpg` without class folders works).

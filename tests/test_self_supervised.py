@@ -149,6 +149,17 @@ def test_one_device_equals_four(trainer):
     np.testing.assert_allclose(a, b, atol=2e-6, rtol=1e-5)
 
 
+def test_fsdp_run_equals_replicated(tmp_path, mock_cifar10):
+  runs = {}
+  for sharding in ('replicated', 'fsdp'):
+    workdir = str(tmp_path / sharding)
+    train.train_and_evaluate(ssl_config('mpp', total_steps=2, eval_every=0,
+                                        param_sharding=sharding), workdir)
+    runs[sharding] = npz_format.flatten(final_params(workdir))
+  for key, value in runs['replicated'].items():
+    np.testing.assert_allclose(runs['fsdp'][key], value, atol=1e-6, err_msg=key)
+
+
 def test_killed_mae_run_resumes_to_identical_params(tmp_path, mock_cifar10):
   config = ssl_config('mae', total_steps=6, checkpoint_every=2, eval_every=0)
   train.train_and_evaluate(config, str(tmp_path / 'straight'))
@@ -208,6 +219,7 @@ def test_mpp_export_fine_tunes_and_loads_in_the_tools(tmp_path, mock_cifar10, ca
     (lambda c: c.update(dict(pretrained_path='x.npz')), 'from scratch'),
     (lambda c: c.mpp.update(dict(target='color_4x4')), 'divisible by 4'),
     (lambda c: c.update(dict(trainer='mae', mae=dict(mask_ratio=1.))), 'must be in'),
+    (lambda c: setattr(c, 'model', None), 'needs a model'),
 ])
 def test_settings_the_masked_trainers_cannot_honour_are_one_line(change, message):
   config = ssl_config('mpp')
@@ -239,3 +251,22 @@ def test_a_folder_of_unlabeled_images_pretrains(tmp_path, layout):
   result = train.train_and_evaluate(config, str(tmp_path / 'run'))
   assert result['step'] == 2 and result['num_examples'] == 1  # train[98%:] of 50 images.
   assert np.isfinite(result['loss'])
+
+
+@pytest.mark.slow
+def test_two_processes_equal_one(tmp_path):
+  """MAE: 2 processes x 2 CPU devices = 1 process x 4 (the masks are drawn on the global batch)."""
+  from test_distributed import CONFIG_FILE, finish, launch, launch_pair, write_image_dataset
+  dataset = write_image_dataset(str(tmp_path / 'data'), train_per_class=4, test_per_class=2)
+  text = CONFIG_FILE.format(dataset=dataset, steps=3).replace(
+      "mixup=0.5))", "mixup=0., trainer='mae', optim='adamw'))\n"
+      "  config.mae.update(dict(decoder_width=8, decoder_depth=1, decoder_heads=2))")
+  assert "trainer='mae'" in text
+  (tmp_path / 'config.py').write_text(text)
+  single, multi = str(tmp_path / 'single'), str(tmp_path / 'multi')
+  finish(launch_pair(str(tmp_path / 'config.py'), multi))
+  finish([launch(str(tmp_path / 'config.py'), single, devices=4)])
+  one, two = (npz_format.flatten(final_params(d)) for d in (single, multi))
+  assert one.keys() == two.keys() and 'head/kernel' not in one
+  for key, value in one.items():
+    np.testing.assert_allclose(two[key], value, atol=1e-5, err_msg=key)

@@ -39,6 +39,9 @@ def validate(config: Any) -> None:
   if not is_self_supervised(config):
     return
   name = config.trainer
+  if config.model is None:
+    raise ValueError(f'trainer={name} needs a model to pretrain: set config.model (e.g. '
+                     'config_lib.with_model(config, "ViT-B_16")).')
   family = presets.family_of(config.model)
   if family != 'vit':
     raise ValueError(f'trainer={name} pretrains a plain ViT (patches of pixels); the model is '
