@@ -32,7 +32,7 @@ FOLDER_PRESET = dict(total_steps=500, pp=dict(train='train', test='test'))
 # The fields whose value is one of a fixed set, and the set: declared once, beside the defaults
 # in get_config(); every place that dispatches on such a field checks it with `check_choice`.
 CHOICES = {
-    'trainer': ('train', 'pretrain_then_finetune', 'inference_time'),
+    'trainer': ('train', 'pretrain_then_finetune', 'inference_time', 'mpp', 'mae'),
     'data_sharding': ('split', 'stream'),
     'pp.train_aug': ('inception', 'pad_flip', 'flip', 'none'),
     'optim': ('sgd', 'adamw'),
@@ -41,6 +41,7 @@ CHOICES = {
     'loss': ('softmax_xent', 'sigmoid_xent'),
     'distill.kind': ('hard', 'soft'),
     'param_sharding': ('replicated', 'fsdp'),
+    'mpp.target': ('mean_color', 'color_4x4', 'pixels'),
 }
 
 
@@ -59,7 +60,9 @@ def check_choice(field: str, value: Any) -> Any:
 def get_config() -> ml_collections.ConfigDict:
   """Base config: official fine-tuning defaults (SGD momentum, cosine, batch 512)."""
   c = ml_collections.ConfigDict()
-  c.trainer = 'train'  # 'train', 'pretrain_then_finetune' or 'inference_time'.
+  # 'train', 'pretrain_then_finetune', 'inference_time', or self-supervised pretraining without
+  # labels: 'mpp' (the ViT paper's masked patch prediction) or 'mae' (masked autoencoder).
+  c.trainer = 'train'
   c.seed = 0  # Init, data order, augmentation and dropout all derive from it.
   c.model = None  # A model ConfigDict; see with_model().
   c.dataset = ''  # A TFDS name or a directory with {train,test}/<class>/*.jpg.
@@ -117,6 +120,22 @@ def get_config() -> ml_collections.ConfigDict:
   # Per-step weight average (e.g. 0.999) evaluated and exported, its decay warmed up as
   # min(decay, (1+n)/(10+n)) so it forgets the initial weights; 0 = off (raw weights exported).
   c.ema_decay = 0.
+  # trainer='mpp' (ViT paper, Appendix B.1.2; docs/self_supervised.md).
+  c.mpp = ml_collections.ConfigDict()
+  c.mpp.corrupt = 0.5  # Fraction of patch embeddings corrupted per image (paper: 50%).
+  c.mpp.mask = 0.8  # Of the corrupted: share replaced by the learned [mask] embedding (80%).
+  c.mpp.random = 0.1  # ... by another patch's embedding of the same image (10%); the rest kept.
+  # Target per corrupted patch: 'mean_color' (its 3-bit mean colour, 512 classes: the paper's),
+  # 'color_4x4' (its 4x4 downsized version in 3-bit colours, 16 predictions) or 'pixels' (L2).
+  c.mpp.target = 'mean_color'
+  c.mpp.color_bits = 3  # Bits per channel of the colour targets (3: 512 colours).
+  # trainer='mae' (He et al. 2022: their defaults).
+  c.mae = ml_collections.ConfigDict()
+  c.mae.mask_ratio = 0.75  # Fraction of patches hidden from the encoder.
+  c.mae.decoder_width = 512  # Decoder token width.
+  c.mae.decoder_depth = 8  # Decoder blocks.
+  c.mae.decoder_heads = 16  # Decoder attention heads (MLP width 4x the token width).
+  c.mae.norm_pix_loss = True  # Targets: each patch's pixels normalised by their mean and var.
   c.param_sharding = 'replicated'  # Or 'fsdp': params + optimizer state split over devices.
   c.batch = 512  # Global train batch over all devices and processes.
   c.batch_eval = 512  # Global eval batch.

@@ -42,6 +42,8 @@ TRAINERS = {
     'train': 'vit_jax.train:train_and_evaluate',
     'pretrain_then_finetune': 'vit_jax.train:pretrain_then_finetune',
     'inference_time': 'vit_jax.inference_time:inference_time',
+    'mpp': 'vit_jax.train:train_and_evaluate',  # The loop runs the masked trainers too.
+    'mae': 'vit_jax.train:train_and_evaluate',
 }
 # config.trainer → what compares a rerun with its run directory's record before anything is
 # written (the log file included); trainers without a record have none.

@@ -176,12 +176,15 @@ class Encoder(nn.Module):
   @nn.compact
   def __call__(self, x: Array, *, train: bool,
                grid_shape: Optional[Tuple[int, int]] = None,
-               prefix: Optional[Array] = None) -> Array:
+               prefix: Optional[Array] = None, keep: Optional[Array] = None) -> Array:
     if x.ndim != 3:
       raise ValueError(f'Encoder expects (batch, tokens, hidden), got {x.shape}')
+    num_grid = x.shape[1]
     if prefix is not None and not self.no_embed_class:
       x = jnp.concatenate([prefix, x], axis=1)
     x = self._add_position_embedding(x, grid_shape)
+    if keep is not None:  # MAE: the blocks see only the visible patches (and the prefix).
+      x = keep_tokens(x, keep, x.shape[1] - num_grid)
     if prefix is not None and self.no_embed_class:
       x = jnp.concatenate([prefix, x], axis=1)
     relative_grid = self._relative_grid(grid_shape)
@@ -309,7 +312,16 @@ class VisionTransformer(nn.Module):
     super().__post_init__()
 
   @nn.compact
-  def __call__(self, inputs: Array, *, train: bool) -> Array:
+  def __call__(self, inputs: Array, *, train: bool,
+               corrupt: Optional[Callable[[Array], Array]] = None,
+               keep: Optional[Array] = None) -> Array:
+    """Logits (or features without a head) of NHWC `inputs`.
+
+    The two hooks of masked pretraining (`models_masked`), both off by default: `corrupt` maps
+    the (batch, patches, hidden) patch embeddings before the position embeddings are added
+    (MPP's [mask] token); `keep` (batch, k) are the indices of the only patch tokens the blocks
+    see (MAE's visible patches).
+    """
     x = inputs.astype(self.dtype)
     if self.resnet is not None:
       x = models_resnet.apply_resnet(
@@ -322,6 +334,8 @@ class VisionTransformer(nn.Module):
     if self.transformer is not None:
       n, h, w, c = x.shape
       x = x.reshape(n, h * w, c)
+      if corrupt is not None:  # Masked patch prediction: before the position embeddings.
+        x = corrupt(x)
       x = Encoder(name='Transformer', posemb=self.posemb,
                   stochastic_depth=self.stochastic_depth, remat=self.remat,
                   attention_impl=self.attention_impl, dtype=self.dtype,
@@ -329,7 +343,8 @@ class VisionTransformer(nn.Module):
                   layer_norm_eps=self.layer_norm_eps, layer_scale=self.layer_scale,
                   no_embed_class=self.no_embed_class, norm_pre=self.norm_pre,
                   final_norm=not self.fc_norm, **self.transformer)(
-                      x, train=train, grid_shape=(h, w), prefix=self._prefix_tokens(n, c))
+                      x, train=train, grid_shape=(h, w), prefix=self._prefix_tokens(n, c),
+                      keep=keep)
     x = self._pool(x)
     if self.fc_norm:
       x = nn.LayerNorm(epsilon=self.layer_norm_eps, param_dtype=self.param_dtype,
@@ -402,6 +417,12 @@ class VisionTransformer(nn.Module):
                      layer_norm_eps=self.layer_norm_eps, dtype=self.dtype,
                      param_dtype=self.param_dtype, name='MAPHead_0')(x)
     return x
+
+
+def keep_tokens(x: Array, keep: Array, num_prefix: int) -> Array:
+  """The prefix tokens of `x` (batch, prefix + patches, hidden), then the patches at `keep`."""
+  patches = jnp.take_along_axis(x[:, num_prefix:], keep[..., None], axis=1)
+  return jnp.concatenate([x[:, :num_prefix], patches], axis=1)
 
 
 def _check_choice(field: str, value: str, choices: Sequence[str]) -> None:

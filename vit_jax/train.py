@@ -28,6 +28,7 @@ from vit_jax.training import export
 from vit_jax.training import fewshot
 from vit_jax.training import from_checkpoint
 from vit_jax.training import losses
+from vit_jax.training import masked
 from vit_jax.training import parallel
 from vit_jax.training import plotting
 from vit_jax.training import progress as progress_lib
@@ -93,8 +94,11 @@ def make_train_step(model: Any, tx: optax.GradientTransformation, config: Any, m
   smoothing = config.label_smoothing
   ema_decay = config.ema_decay
   mixup_alpha = float(config.mixup)
+  objective = masked.objective(config, model)  # Self-supervised: the images are the targets.
 
   def loss_fn(params, images, labels, rng, teacher_params):
+    if objective is not None:
+      return objective.loss(params, images, rng)
     if teacher is not None and distill.uses_token(model):  # DeiT: a head per target.
       logits, dist_logits = distill.head_logits(model, params, images, rng)
     else:
@@ -140,15 +144,19 @@ def make_train_step(model: Any, tx: optax.GradientTransformation, config: Any, m
 
 
 def make_eval_step(model: Any, mesh: Mesh, params_sharding: Any = None,
-                   loss_kind: str = 'softmax_xent') -> Callable:
+                   loss_kind: str = 'softmax_xent',
+                   objective: Optional[masked.Objective] = None) -> Callable:
   """Returns jitted `eval_step(params, batch) -> {correct, loss, count}` as masked sums.
 
   `params_sharding` is the train state's (default replicated): eval reads the params in place.
   `loss_kind` is the training loss's (`config.loss`, without label smoothing), so the eval loss
-  of a sigmoid run is the sigmoid loss it optimises.
+  of a sigmoid run is the sigmoid loss it optimises. A self-supervised `objective` computes
+  its own sums (its loss on fixed masks).
   """
 
   def eval_step(params, batch):
+    if objective is not None:
+      return objective.eval_sums(params, batch)
     logits = model.apply({'params': params}, batch['image'], train=False)
     mask = batch['mask']
     correct = jnp.argmax(logits, -1) == jnp.argmax(batch['label'], -1)
@@ -257,7 +265,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
                                       os.path.join(workdir, 'metrics.jsonl'))
   eval_data = get_eval_splits(config)
   eval_step = make_eval_step(trainer.model, trainer.mesh,
-                             state_lib.state_shardings(trainer)['params'], config.loss)
+                             state_lib.state_shardings(trainer)['params'], config.loss,
+                             masked.objective(config, trainer.model))
   try:
     return _train_loop(trainer, state, start, manager, progress, eval_step, eval_data, workdir)
   finally:

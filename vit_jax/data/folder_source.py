@@ -31,19 +31,28 @@ SPLIT_FOLDERS = {'test': ('test', 'val', 'validation'),
 # What `test` / `validation` mean for a folder with train/ only.
 HELD_OUT_SPLIT = 'train[98%:]'
 TRAIN_WITHOUT_HELD_OUT = 'train[:98%]'  # ... and what `train` then means: never trained on both.
+# The one class of a folder of unlabeled images: the split folder itself (`<split>/./*.jpg`).
+UNLABELED = '.'
 
 
 def open_folder(root: str) -> sources.Source:
   """The image folder `root` as a source; its classes are the folders of train/.
 
+  A folder of unlabeled images (`root/train/*.jpg` or `root/*.jpg`, no class folders) is one
+  class, `UNLABELED`: what self-supervised pretraining (trainer 'mpp', 'mae') reads.
+
   Raises:
-    ValueError: `root` has no train/<class>/ folders.
+    ValueError: `root` has neither train/<class>/ folders nor images without class folders.
   """
-  train_dir = os.path.join(root, 'train')
-  classes = tuple(image_ops.class_folders(train_dir)) if os.path.isdir(train_dir) else ()
+  train_folder = _train_folder(root)
+  train_dir = os.path.join(root, train_folder)
+  classes = tuple(image_ops.class_folders(train_dir)) if train_folder == 'train' else ()
+  if not classes and _has_images(train_dir):
+    classes = (UNLABELED,)
   if not classes:
     raise ValueError(f'{root} is not an image dataset: expected {root}/train/<class>/*.jpg '
-                     f'(or .jpeg/.png) and {root}/test/<class>/*.jpg, one folder per class.')
+                     f'(or .jpeg/.png) and {root}/test/<class>/*.jpg, one folder per class (or, '
+                     f'unlabeled for self-supervised pretraining, {root}/train/*.jpg).')
 
   def split(name: str, per_process: bool = True) -> sources.Split:
     paths, labels = folder_split(root, classes, without_held_out(root, name))
@@ -87,6 +96,15 @@ def identity(root: str, classes: Tuple[str, ...]) -> Dict[str, Any]:
       digest.update(f'{os.path.relpath(path, root)}\0{os.path.getsize(path)}\n'.encode())
     files[folder] = {'images': len(paths), 'sha256': digest.hexdigest()}
   return {'kind': 'folder', 'class_names': list(classes), 'files': files}
+def _train_folder(root: str) -> str:
+  """'train', or '.' (the folder itself) for a folder of unlabeled images without train/."""
+  return 'train' if os.path.isdir(os.path.join(root, 'train')) else UNLABELED
+
+
+def _has_images(directory: str) -> bool:
+  return os.path.isdir(directory) and any(
+      e.name.lower().endswith(image_ops.DATASET_EXTENSIONS) and e.is_file()
+      and not image_ops.is_hidden(e.name) for e in os.scandir(directory))
 
 
 def _held_out_folder(root: str, name: str) -> Optional[str]:
@@ -133,7 +151,7 @@ def folder_split(root: str, classes: Tuple[str, ...],
 
 def _base_split(root: str, classes: Tuple[str, ...], name: str) -> Tuple[np.ndarray, np.ndarray]:
   """A whole split by name: its folder, an alias folder (test/val/validation) or held-out train."""
-  folder = _held_out_folder(root, name)
+  folder = _train_folder(root) if name == 'train' else _held_out_folder(root, name)
   if folder:
     if folder != name:
       sources.log_once(f'{root} has no {name}/ folder: split {name!r} reads {folder}/.')

@@ -14,6 +14,7 @@ from vit_jax import checkpoint
 from vit_jax.checkpoints import metadata as metadata_lib
 from vit_jax.checkpoints import store
 from vit_jax.training import losses
+from vit_jax.training import masked
 from vit_jax.training import parallel
 from vit_jax.training import run_record
 from vit_jax.training import state as state_lib
@@ -53,7 +54,7 @@ def export_params(trainer: state_lib.Trainer, params: Any, workdir: str,
   only once the files are complete, so any process may read them next (stage 2 fine-tunes
   this params.npz).
   """
-  host = parallel.to_host(params)
+  host = parallel.to_host(masked.encoder_params(trainer.config, params))
   if jax.process_index() == 0:
     _write_export(trainer, host, workdir, result)
   parallel.barrier('vit_jax: params.npz written')
@@ -77,6 +78,11 @@ def _write_export(trainer: state_lib.Trainer, host: Any, workdir: str,
       weights=weights, **extra, **{k: v for k, v in result.items()
                                    if k.startswith(('accuracy_', 'num_examples_'))
                                    and k != 'accuracy_raw'})
+  if masked.is_self_supervised(config):  # An encoder: no head, no labels, no accuracy.
+    description = dict(
+        {k: v for k, v in description.items() if not k.startswith(('accuracy', 'num_examples'))},
+        class_names=None, num_classes=0,
+        self_supervised=masked.description(config, trainer.total_steps, result))
   # The description goes inside the npz too: a renamed copy still says what model it is.
   path = checkpoint.save(host, os.path.join(workdir, store.PARAMS_FILE),
                          metadata=metadata_lib.describe_run(**description))

@@ -24,6 +24,7 @@ from vit_jax.data import image_ops
 from vit_jax import presets
 from vit_jax.training import distill
 from vit_jax.training import from_checkpoint
+from vit_jax.training import masked
 from vit_jax.training import optim
 from vit_jax.training import parallel
 
@@ -47,6 +48,7 @@ def validate_config(config: Any, mesh: Mesh) -> None:
   config_lib.check_choice('param_sharding', config.param_sharding)
   config_lib.check_choice('loss', config.loss)
   distill.validate(config)
+  masked.validate(config)
   image_ops.make_normalize(config.pp.mean, config.pp.std)  # Bad values: one line, now.
   if config.mixup < 0:
     raise ValueError(f'mixup={config.mixup} must be >= 0 (0 = off; 0.2 as in big_vision).')
@@ -114,7 +116,8 @@ def build_trainer(config: Any, *, needs_pretrained: bool = True) -> Trainer:
   schedule = optim.learning_rate_schedule(
       total_steps=steps, base_lr=config.base_lr, decay_type=config.decay_type,
       warmup_steps=_warmup_steps(config, steps), linear_end=config.linear_end)
-  model = models.get_model(config.model, num_classes=info.num_classes)
+  model = (masked.get_model(config) if masked.is_self_supervised(config) else
+           models.get_model(config.model, num_classes=info.num_classes))
   grid = models.token_grid(config.model, (config.pp.crop, config.pp.crop))
   return Trainer(config, model, optim.make_optimizer(config, schedule), schedule, mesh, steps,
                  grid, info)
