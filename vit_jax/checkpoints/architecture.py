@@ -9,7 +9,7 @@ config (run metadata, `--model`).
 
 import dataclasses
 import re
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 import ml_collections
 import numpy as np
@@ -283,6 +283,62 @@ def _swin_config(tree: Mapping[str, Any]) -> Dict[str, Any]:
   return dict(presets.SWIN_EXTRAS, family='swin', **fields)
 
 
+def _read_mixer(tree: Mapping[str, Any]) -> Tuple[Dict[str, Any], Any, list]:
+  fields, grid = _mixer_fields(tree)
+  return fields, grid, []
+
+
+def _read_vit(tree: Mapping[str, Any]) -> Tuple[Dict[str, Any], Any, list]:
+  fields, grid = _vit_fields(tree)  # A ViT, or a hybrid when it has a ResNet root.
+  config, assumed = _vit_config(fields, _matching_preset(fields))
+  return config, grid, assumed
+
+
+def _read_resnet(tree: Mapping[str, Any]) -> Tuple[Dict[str, Any], Any, list]:
+  fields = _resnet_classifier_fields(tree)
+  config, assumed = _resnet_config(fields, _matching_preset(fields))
+  return config, None, assumed
+
+
+def _read_swin(tree: Mapping[str, Any]) -> Tuple[Dict[str, Any], Any, list]:
+  config = _swin_config(tree)
+  return config, None, [
+      f'trained at {presets.finetune_resolution(config)}px (the last stage one window, as the '
+      'published Swin weights)',
+      f'stochastic_depth {config["stochastic_depth"]} (timm\'s default; training only)']
+
+
+@dataclasses.dataclass(frozen=True)
+class ShapeReader:
+  """How one family's checkpoint is recognised and read from its shapes.
+
+  Attributes:
+    families: the families it reads (a ViT reader reads hybrids too).
+    marks: the parameters that mark it, in words (for the error naming what a file lacks).
+    claims: whether a shape tree is this family's.
+    read: shape tree → (model config with `family`, trained grid or None, assumed).
+  """
+
+  families: Tuple[str, ...]
+  marks: str
+  claims: Callable[[Mapping[str, Any]], bool]
+  read: Callable[[Mapping[str, Any]], Tuple[Dict[str, Any], Any, list]]
+
+
+# A new family adds its reader here (see docs/architecture.md, "Model families").
+SHAPE_READERS = (
+    ShapeReader(('mixer',), 'stem/ + MixerBlock_0/',
+                lambda t: 'stem' in t and 'MixerBlock_0' in t, _read_mixer),
+    ShapeReader(('vit', 'hybrid'), 'embedding/ + Transformer/encoderblock_0/',
+                lambda t: 'embedding' in t and 'encoderblock_0' in t.get('Transformer', {}),
+                _read_vit),
+    ShapeReader(('resnet',), 'conv_root/ without embedding/',
+                lambda t: 'conv_root' in t and 'embedding' not in t, _read_resnet),
+    ShapeReader(('swin',), 'patch_embed/ + layers_0_blocks_0/',
+                lambda t: 'patch_embed' in t and 'layers_0_blocks_0' in t, _read_swin),
+)
+
+
 def architecture(params: Mapping[str, Any]) -> Architecture:
   """The model a published-format checkpoint holds, read from its shapes alone.
 
@@ -294,24 +350,11 @@ def architecture(params: Mapping[str, Any]) -> Architecture:
   """
   tree = _shape_tree(params)
   num_classes = int(tree['head']['bias'][0]) if 'head' in tree else 0
-  if 'stem' in tree and 'MixerBlock_0' in tree:
-    fields, grid = _mixer_fields(tree)
-    config, assumed = fields, []
-  elif 'embedding' in tree and 'encoderblock_0' in tree.get('Transformer', {}):
-    fields, grid = _vit_fields(tree)
-    config, assumed = _vit_config(fields, _matching_preset(fields))
-  elif 'conv_root' in tree and 'embedding' not in tree:
-    fields, grid = _resnet_classifier_fields(tree), None
-    config, assumed = _resnet_config(fields, _matching_preset(fields))
-  elif 'patch_embed' in tree and 'layers_0_blocks_0' in tree:
-    config, grid = _swin_config(tree), None
-    assumed = [f'trained at {presets.finetune_resolution(config)}px (the last stage one '
-               'window, as the published Swin weights)', 'stochastic_depth '
-               f'{config["stochastic_depth"]} (timm\'s default; training only)']
-  else:
+  reader = next((r for r in SHAPE_READERS if r.claims(tree)), None)
+  if reader is None:
     raise CheckpointError('not a ViT, hybrid, Mixer, ResNet or Swin checkpoint: it has none of '
-                          'embedding/ + Transformer/encoderblock_0/, stem/ + MixerBlock_0/, '
-                          'conv_root/ without embedding/, patch_embed/ + layers_0_blocks_0/.')
+                          + ', '.join(r.marks for r in SHAPE_READERS) + '.')
+  config, grid, assumed = reader.read(tree)
   config['model_name'] = _matching_preset(config) or _custom_name(config)
   stride = presets.token_stride(config)
   image_size = grid[0] * stride if grid and grid[0] == grid[1] else None
