@@ -112,7 +112,8 @@ def _dataset_changes(recorded: Dict[str, Any], now: Dict[str, Any]) -> List[str]
       counts = [(files or {}).get('images', 0) for files in (old_files.get(folder),
                                                               new_files.get(folder))]
       changes.append(f'the files of {folder}/ changed (were {counts[0]} images, now '
-                     f'{counts[1]})')
+                     f'{counts[1]})' if counts[0] != counts[1] else
+                     f'the files of {folder}/ changed ({counts[0]} images, other paths or sizes)')
   old, new = (_flat({k: v for k, v in d.items() if k not in ('class_names', 'files')})
               for d in (recorded, now))
   return changes + [f'dataset {key} is {new.get(key)!r} (was {old.get(key)!r})'
