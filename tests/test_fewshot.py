@@ -197,10 +197,12 @@ def test_fewshot_is_off_by_default():
   assert fewshot.make_hook(config_lib.get_config(), None, None) is None
 
 
-def test_shots_drawn_from_the_test_split_are_an_error(image_folder):
+def test_shots_drawn_from_the_test_split_are_an_error_before_training(image_folder):
   config = folder_config(image_folder)
+  config.fewshot.train_split = 'train+test'
+  model = models.get_model(config.model, num_classes=3)
   with pytest.raises(ValueError, match='share 9 images: shots would be drawn from the test'):
-    fewshot.check_splits(config, 'train+test', 'test')
+    fewshot.make_hook(config, model, parallel.make_mesh())
 
 
 def call_tool(args, capsys):

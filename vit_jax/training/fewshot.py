@@ -289,13 +289,16 @@ def make_hook(config: ml_collections.ConfigDict, model: Any, mesh: Mesh,
               params_sharding: Any = None) -> Optional[Callable[[Any, int], Dict[str, float]]]:
   """The train loop's few-shot evaluation `hook(params, step) -> scalars`, or None when
   `config.fewshot.datasets` is empty. Scalars: `fewshot/<dataset>_<k>shot` (mean over seeds)."""
-  if not config.fewshot.datasets:
+  fs = config.fewshot
+  if not fs.datasets:
     return None
+  for dataset in fs.datasets:  # A bad name or split fails before training, not steps later.
+    check_splits(dataset_config(config, dataset), fs.train_split, fs.test_split)
   represent = make_representation_fn(model, mesh, params_sharding)
 
   def hook(params, step: int) -> Dict[str, float]:
     scalars = {}
-    for dataset in config.fewshot.datasets:
+    for dataset in fs.datasets:
       measured = run_dataset(config, dataset, represent, params, mesh)
       for r in measured.results:
         scalars[metric_name(dataset, r.shots)] = r.mean
