@@ -414,4 +414,5 @@ def test_doc_command_runs(command, scratch):
   local = substitute(with_runlocal(command), scratch).replace('/tmp/data_1m', 'data/my_images')
   if '--config=' in local:
     place_pretrained(local, scratch)
+  place_published(local, scratch)  # A tool's --checkpoint=ViT-B_16 (docs/fewshot.md).
   run(local, scratch)

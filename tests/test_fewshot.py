@@ -86,11 +86,15 @@ def test_the_regulariser_is_chosen_without_the_test_split(np_rng):
 
 
 def test_rows_are_put_back_in_the_split_order_for_several_processes():
-  # 2 processes, shares [0..5] and [6..11], local batch 2: global batches interleave them.
-  local = [[0, 1], [2, 3], [4, 5]], [[6, 7], [8, 9], [10, 11]]
-  batches = [np.array(local[0][b] + local[1][b]) for b in range(3)]
-  np.testing.assert_array_equal(fewshot.in_split_order(batches, 2), np.arange(12))
-  np.testing.assert_array_equal(fewshot.in_split_order(batches, 1), np.concatenate(batches))
+  # 2 processes, local batch 2, 3 batches; 11 examples: shares 6 + 5, the last row padding (-1).
+  contiguous = [[0, 1], [2, 3], [4, 5]], [[6, 7], [8, 9], [10, -1]]
+  batches = [np.array(contiguous[0][b] + contiguous[1][b]) for b in range(3)]
+  np.testing.assert_array_equal(fewshot.in_split_order(batches, (6, 5), False), np.arange(11))
+  strided = [[0, 2], [4, 6], [8, 10]], [[1, 3], [5, 7], [9, -1]]  # Image folders' shares.
+  batches = [np.array(strided[0][b] + strided[1][b]) for b in range(3)]
+  np.testing.assert_array_equal(fewshot.in_split_order(batches, (6, 5), True), np.arange(11))
+  one = [np.array([0, 1, 2]), np.array([3, -1, -1])]
+  np.testing.assert_array_equal(fewshot.in_split_order(one, (4,), False), np.arange(4))
 
 
 def folder_config(dataset, **overrides):
@@ -197,10 +201,12 @@ def test_fewshot_is_off_by_default():
   assert fewshot.make_hook(config_lib.get_config(), None, None) is None
 
 
-def test_shots_drawn_from_the_test_split_are_an_error(image_folder):
+def test_shots_drawn_from_the_test_split_are_an_error_before_training(image_folder):
   config = folder_config(image_folder)
+  config.fewshot.train_split = 'train+test'
+  model = models.get_model(config.model, num_classes=3)
   with pytest.raises(ValueError, match='share 9 images: shots would be drawn from the test'):
-    fewshot.check_splits(config, 'train+test', 'test')
+    fewshot.make_hook(config, model, parallel.make_mesh())
 
 
 def call_tool(args, capsys):
@@ -307,3 +313,21 @@ def test_an_unpooled_model_is_a_one_line_error():
            'mask': np.ones(2, np.float32)}
   with pytest.raises(ValueError, match=r'gives \(4, 10\) features per image, not one vector'):
     fewshot.make_representation_fn(model, mesh)(params, parallel.put_batch(batch, mesh))
+
+
+@pytest.mark.slow
+def test_two_processes_log_the_numbers_of_one(tmp_path):
+  """2 processes x 2 devices (each reads its share of both splits) = 1 process x 4 devices."""
+  from test_distributed import CONFIG_FILE, finish, launch, launch_pair, write_image_dataset
+  dataset = write_image_dataset(str(tmp_path / 'data'))  # 24 train, 9 test: shares 12+12, 5+4.
+  config = CONFIG_FILE.format(dataset=dataset, steps=2).replace(
+      '  return config.lock()',
+      '  config.fewshot.update(dict(datasets=(config.dataset,), every=2, shots=(1, 4), seeds=2,\n'
+      '                             holdout=2, l2_regs=(1., 64.)))\n  return config.lock()')
+  (tmp_path / 'config.py').write_text(config)
+  single, multi = str(tmp_path / 'single'), str(tmp_path / 'multi')
+  finish(launch_pair(tmp_path / 'config.py', multi))
+  finish([launch(tmp_path / 'config.py', single, devices=4)])
+  logged = fewshot_lines(single)
+  assert [line['step'] for line in logged] == [2] and len(logged[0]) == 3
+  assert fewshot_lines(multi) == logged

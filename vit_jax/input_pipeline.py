@@ -63,10 +63,15 @@ class EvalData:
     num_examples: Real (unpadded) examples of this process.
     num_batches: Batches `batches()` yields; the same on every process.
     dataset: The batched `tf.data.Dataset` behind `batches()`.
+    shares: Examples of each process (this one reads shares[jax.process_index()]).
+    strided: Whether process p holds examples p, p + n, ... of the split (else a contiguous
+      range), so that rows gathered from every process can be put back in the split's order.
   """
   num_examples: int
   num_batches: int
   dataset: tf.data.Dataset
+  shares: Tuple[int, ...] = ()
+  strided: bool = False
 
   def batches(self) -> Iterator[Batch]:
     """A fresh pass: {'image', 'label' (one-hot), 'mask' (1 real, 0 padding)} numpy dicts."""
@@ -207,7 +212,8 @@ def get_eval_data(config: Any, spec: Optional[str] = None) -> EvalData:
   ds = split.make().map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
   ds = ds.concatenate(tf.data.Dataset.from_tensors(padding).repeat(num_padding))
   ds = ds.batch(local_batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
-  return EvalData(num_examples=split.num_examples, num_batches=num_batches, dataset=ds)
+  return EvalData(num_examples=split.num_examples, num_batches=num_batches, dataset=ds,
+                  shares=split.shares, strided=split.strided)
 
 
 def _open(config: Any) -> sources.Source:

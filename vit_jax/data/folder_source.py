@@ -66,7 +66,7 @@ def open_folder(root: str) -> sources.Source:
 
     return sources.indexed_split(fetch, tf.io.read_file,
                                  tuple(len(paths[i::count]) for i in range(count)), index,
-                                 checked=True)
+                                 checked=True, strided=True)
 
   def overlap(train: str, test: str) -> int:
     specs = [without_held_out(root, spec) for spec in (train, test)]

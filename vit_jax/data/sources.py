@@ -33,6 +33,9 @@ class Split:
   # Record ids [k] → {'image': [k] strings, 'label': [k]}; None: sequential reading only.
   fetch: Optional[Callable[[tf.Tensor], Dict[str, tf.Tensor]]] = None
   checked: bool = False  # Whether read bytes may be broken files (checked, skipped, counted).
+  # How the shares cut the split: contiguous (share p holds the next shares[p] examples) or
+  # strided (example j of the split is example j // len(shares) of share j % len(shares)).
+  strided: bool = False
 
   @property
   def num_examples(self) -> int:
@@ -56,13 +59,14 @@ class Source:
 
 def indexed_split(fetch: Callable[[tf.Tensor], Dict[str, tf.Tensor]],
                   read: Callable[[tf.Tensor], tf.Tensor], shares: Tuple[int, ...], index: int,
-                  checked: bool = False) -> Split:
+                  checked: bool = False, strided: bool = False) -> Split:
   """A random-access share; its sequential pass fetches records in order, a block at a time."""
   def make():
     ids = tf.data.Dataset.range(shares[index]).batch(_RECORDS_PER_READ)
     return ids.map(fetch, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
 
-  return Split(make=make, read=read, shares=shares, index=index, fetch=fetch, checked=checked)
+  return Split(make=make, read=read, shares=shares, index=index, fetch=fetch, checked=checked,
+               strided=strided)
 
 
 def split_names(spec: str) -> List[str]:

@@ -206,21 +206,28 @@ def extract(represent: Callable, params: Any, data: input_pipeline.EvalData,
     local = {'image': batch['image'], 'mask': batch['mask'],
              'label': np.argmax(batch['label'], axis=-1).astype(np.int32)}
     rows.append(parallel.to_host(represent(params, parallel.put_batch(local, mesh))))
-  x, labels, mask = (in_split_order([r[i] for r in rows], jax.process_count())
+  shares = data.shares or (data.num_examples,)
+  x, labels, mask = (in_split_order([r[i] for r in rows], shares, data.strided)
                      for i in range(3))
   keep = mask > 0
   return Features(x=x[keep], labels=labels[keep].astype(np.int64))
 
 
-def in_split_order(batches: Sequence[np.ndarray], processes: int) -> np.ndarray:
-  """Global batches (each process's local batch in turn) → rows in the split's order.
+def in_split_order(batches: Sequence[np.ndarray], shares: Sequence[int],
+                   strided: bool) -> np.ndarray:
+  """Global batches (each process's local batch in turn) → the split's rows, in its order.
 
-  Process p reads the p-th contiguous share of the split (`input_pipeline.get_eval_data`), so
-  its rows of every batch come before those of process p + 1.
+  Process p's rows, in the order it read them, are its share's examples followed by padding:
+  example i of share p is example offset_p + i of the split for contiguous shares, p + i * n
+  for strided ones (`input_pipeline.EvalData.strided`).
   """
-  per_process = [b.reshape(processes, -1, *b.shape[1:]) for b in batches]
-  stacked = np.concatenate(per_process, axis=1)
-  return stacked.reshape(-1, *stacked.shape[2:])
+  n = len(shares)
+  per_process = np.concatenate([b.reshape(n, -1, *b.shape[1:]) for b in batches], axis=1)
+  offsets = np.cumsum([0, *shares[:-1]])
+  positions = np.concatenate([p + n * np.arange(k) if strided else offsets[p] + np.arange(k)
+                              for p, k in enumerate(shares)])
+  real = np.concatenate([per_process[p, :k] for p, k in enumerate(shares)])
+  return real[np.argsort(positions, kind='stable')]
 
 
 def dataset_config(config: ml_collections.ConfigDict, dataset: str
@@ -289,13 +296,16 @@ def make_hook(config: ml_collections.ConfigDict, model: Any, mesh: Mesh,
               params_sharding: Any = None) -> Optional[Callable[[Any, int], Dict[str, float]]]:
   """The train loop's few-shot evaluation `hook(params, step) -> scalars`, or None when
   `config.fewshot.datasets` is empty. Scalars: `fewshot/<dataset>_<k>shot` (mean over seeds)."""
-  if not config.fewshot.datasets:
+  fs = config.fewshot
+  if not fs.datasets:
     return None
+  for dataset in fs.datasets:  # A bad name or split fails before training, not steps later.
+    check_splits(dataset_config(config, dataset), fs.train_split, fs.test_split)
   represent = make_representation_fn(model, mesh, params_sharding)
 
   def hook(params, step: int) -> Dict[str, float]:
     scalars = {}
-    for dataset in config.fewshot.datasets:
+    for dataset in fs.datasets:
       measured = run_dataset(config, dataset, represent, params, mesh)
       for r in measured.results:
         scalars[metric_name(dataset, r.shots)] = r.mean
