@@ -235,6 +235,10 @@ def write_timm_folder(folder, swin_model=None, image_size=None):
               os.path.join(folder, 'model.safetensors'))
     with open(os.path.join(folder, 'config.json'), 'w') as f:
       json.dump({'architecture': 'swin_tiny_patch4_window7_224', 'num_classes': 10,
+                 'model_args': {  # The shrunk model's sizes, as timm records them.
+                     'embed_dim': swin_model['embed_dim'], 'depths': list(swin_model['depths']),
+                     'num_heads': list(swin_model['num_heads']),
+                     'window_size': swin_model['window_size']},
                  'pretrained_cfg': {'input_size': [3, image_size, image_size],
                                     'mean': [0.485, 0.456, 0.406],
                                     'std': [0.229, 0.224, 0.225]}}, f)
