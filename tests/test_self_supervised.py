@@ -137,7 +137,8 @@ def _fixed_steps(config, mesh):
 
 @pytest.mark.parametrize('trainer', ['mae', 'mpp'])
 def test_one_device_equals_four(trainer):
-  config = ssl_config(trainer)
+  # SGD: Adam turns round-off-sized gradients (attention key biases) into lr-sized steps.
+  config = ssl_config(trainer, optim='sgd', base_lr=0.1)
   results = []
   for devices in (1, 4):
     mesh = parallel.make_mesh(jax.devices()[:devices])
