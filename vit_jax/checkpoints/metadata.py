@@ -177,7 +177,10 @@ def with_declared_family(data: Optional[Dict[str, Any]], npz_path: str
     return data
   family = architecture.preset_family(model)
   if family is None and os.path.isfile(npz_path):
-    family = architecture.architecture(npz_format.read_shapes(npz_path)).config.family
+    try:
+      family = architecture.architecture(npz_format.read_shapes(npz_path)).config.family
+    except CheckpointError:  # No readable shapes: left undeclared, for `family_of` to say so.
+      return data
   return data if family is None else dict(data, model=dict(model, family=family))
 
 
