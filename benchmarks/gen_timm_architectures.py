@@ -23,7 +23,6 @@ from absl import flags
 MODULES = ('vision_transformer', 'deit', 'swin_transformer')
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'vit_jax', 'checkpoints',
                    'timm_architectures.py')
-_OUT = flags.DEFINE_string('out', os.path.normpath(OUT), 'Where to write the table module.')
 COMMAND = 'python benchmarks/gen_timm_architectures.py'
 
 
@@ -227,10 +226,13 @@ def main(argv: List[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments {argv[1:]}')
   entries = table()
-  with open(_OUT.value, 'w', encoding='utf-8') as f:
+  out = flags.FLAGS.out
+  with open(out, 'w', encoding='utf-8') as f:
     f.write(module_text(entries, describe_defaults()))
-  print(f'{len(entries)} architectures -> {_OUT.value}')
+  print(f'{len(entries)} architectures -> {out}')
 
 
 if __name__ == '__main__':
+  # Defined here, not at import: the test imports this module beside the tools' own --out.
+  flags.DEFINE_string('out', os.path.normpath(OUT), 'Where to write the table module.')
   app.run(main)
