@@ -244,7 +244,7 @@ def write_timm_folder(folder, swin_model=None, image_size=None):
                                     'std': [0.229, 0.224, 0.225]}}, f)
     return
   clip = 'clip' in os.path.basename(folder)
-  config = dict(presets.VIT_EXTRAS, model_name=os.path.basename(folder).split('.')[0],
+  config = dict(presets.VIT_EXTRAS, family='vit', model_name=os.path.basename(folder).split('.')[0],
                 patches={'size': (16, 16) if clip else (14, 14)}, hidden_size=32,
                 classifier='token', representation_size=None, activation='gelu',
                 transformer=dict(num_layers=1, num_heads=2, mlp_dim=64, dropout_rate=0.,

@@ -43,7 +43,8 @@ def model_config(family: str) -> ml_collections.ConfigDict:
                                 resnet_layers=())
   if family == 'mixer':
     return ml_collections.ConfigDict(dict(
-        model_name='mixer-testing', patches=dict(size=(8, 8)), hidden_dim=8, num_blocks=1,
+        model_name='mixer-testing', family='mixer', patches=dict(size=(8, 8)), hidden_dim=8,
+        num_blocks=1,
         tokens_mlp_dim=8, channels_mlp_dim=8))
   if family == 'swin':
     return config_lib.with_model(config_lib.get_config(), 'Swin-testing').model

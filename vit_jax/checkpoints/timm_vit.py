@@ -215,7 +215,7 @@ def _check_model_args(name: str, args: Mapping[str, Any]) -> None:
                           f'{", ".join(unsupported)}.')
 
 
-def declared_architecture(config: Optional[dict], width: int
+def declared_architecture(hub_config: Optional[dict], width: int
                           ) -> Tuple[Dict[str, Any], List[str]]:
   """(the model config.json declares, in the table's terms; what was assumed).
 
@@ -230,10 +230,10 @@ def declared_architecture(config: Optional[dict], width: int
   Raises:
     TimmFormatError: one line naming an architecture that nothing describes, and how to.
   """
-  if config is None:
+  if hub_config is None:
     return _bare_file_architecture(width)
-  name = str(config.get('architecture') or '')
-  args = config.get('model_args') or {}
+  name = str(hub_config.get('architecture') or '')
+  args = hub_config.get('model_args') or {}
   _check_model_args(name, args)
   entry, assumed = timm_architectures.ARCHITECTURES.get(name), []
   if entry is None:
@@ -257,8 +257,8 @@ def declared_architecture(config: Optional[dict], width: int
   if declared['attn_pool_latent_len'] is not None:  # timm builds it with the blocks' sizes.
     declared.update(attn_pool_num_heads=declared['num_heads'],
                     attn_pool_mlp_dim=declared['mlp_dim'])
-  if 'global_pool' not in args and config.get('global_pool') is not None:
-    declared['global_pool'] = config['global_pool']
+  if 'global_pool' not in args and hub_config.get('global_pool') is not None:
+    declared['global_pool'] = hub_config['global_pool']
   return declared, assumed
 
 
