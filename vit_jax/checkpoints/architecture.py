@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 import ml_collections
 import numpy as np
 
+from vit_jax import families
 from vit_jax import presets
 from vit_jax.checkpoints import npz_format
 from vit_jax.checkpoints import swin_timm
@@ -142,18 +143,7 @@ def _resnet_config(fields: Dict[str, Any], name: Optional[str]) -> Tuple[Dict[st
 
 def _complete(config: Mapping[str, Any]) -> Dict[str, Any]:
   """`config` with the defaults of its family filled in (ViTs: the official ones)."""
-  if presets.family_of(config) in ('vit', 'hybrid'):
-    return full_vit_config(config)
-  return plain_config(config)
-
-
-# How a family is named in a difference ("family Mixer in the file, ViT in ViT-B_16").
-_FAMILY_NAMES = {'vit': 'ViT', 'hybrid': 'ResNet+ViT hybrid', 'mixer': 'Mixer', 'swin': 'Swin',
-                 'resnet': 'ResNet'}
-
-
-def _family(config: Mapping[str, Any]) -> str:
-  return _FAMILY_NAMES[presets.family_of(config)]
+  return reader_of(presets.family_of(config)).complete(config)
 
 
 def full_vit_config(config: Mapping[str, Any]) -> Dict[str, Any]:
@@ -180,30 +170,39 @@ def _posemb_params(posemb: str) -> str:
 
 
 def _compared_fields(config: Mapping[str, Any]) -> Tuple[Tuple[str, Any], ...]:
-  """(label, value) of every field a checkpoint's shapes decide, in reading order."""
+  """(label, value) of every field a checkpoint's shapes decide, in reading order; the family
+  (as its record's title: "family Mixer in the file, ViT in ViT-B_16") first."""
   family = presets.family_of(config)
-  if family == 'resnet':
-    return (('family', _family(config)), ('ResNet units per stage', tuple(config['stage_sizes'])),
-            ('ResNet width factor', config['width_factor']),
-            ('root kernel', config['root_kernel']))
-  if family == 'mixer':
-    return (('family', _family(config)), ('patch size', tuple(config['patches']['size'])),
-            ('hidden size', config['hidden_dim']), ('depth', config['num_blocks']),
-            ('token-mixing MLP width', config['tokens_mlp_dim']),
-            ('channel-mixing MLP width', config['channels_mlp_dim']))
-  if family == 'swin':
-    return (('family', _family(config)), ('patch size', tuple(config['patches']['size'])),
-            ('embedding width', config['embed_dim']), ('blocks per stage', tuple(config['depths'])),
-            ('heads per stage', tuple(config['num_heads'])), ('window', config['window_size']),
-            ('MLP ratio', config['mlp_ratio']))
+  return (('family', families.FAMILIES[family].title),) + reader_of(family).compared(config)
+
+
+def _resnet_compared(config: Mapping[str, Any]) -> Tuple[Tuple[str, Any], ...]:
+  return (('ResNet units per stage', tuple(config['stage_sizes'])),
+          ('ResNet width factor', config['width_factor']), ('root kernel', config['root_kernel']))
+
+
+def _mixer_compared(config: Mapping[str, Any]) -> Tuple[Tuple[str, Any], ...]:
+  return (('patch size', tuple(config['patches']['size'])), ('hidden size', config['hidden_dim']),
+          ('depth', config['num_blocks']), ('token-mixing MLP width', config['tokens_mlp_dim']),
+          ('channel-mixing MLP width', config['channels_mlp_dim']))
+
+
+def _swin_compared(config: Mapping[str, Any]) -> Tuple[Tuple[str, Any], ...]:
+  return (('patch size', tuple(config['patches']['size'])),
+          ('embedding width', config['embed_dim']), ('blocks per stage', tuple(config['depths'])),
+          ('heads per stage', tuple(config['num_heads'])), ('window', config['window_size']),
+          ('MLP ratio', config['mlp_ratio']))
+
+
+def _vit_compared(config: Mapping[str, Any]) -> Tuple[Tuple[str, Any], ...]:
+  """A ViT's fields; a hybrid's ResNet root after them."""
   t = config['transformer']
-  fields = (('family', _family(config)),
-            ('patch size', tuple(config['patches']['size'])),
+  fields = (('patch size', tuple(config['patches']['size'])),
             ('hidden size', config['hidden_size']), ('depth', t['num_layers']),
             ('heads', t['num_heads']), ('MLP width', t['mlp_dim']),
             ('class token', 'yes' if presets.num_prefix_tokens(config) else 'no'),
             ('position embedding parameters', _posemb_params(config['posemb'])))
-  if family == 'hybrid':
+  if presets.family_of(config) == 'hybrid':
     resnet = config['resnet']
     fields += (('ResNet units per stage', tuple(resnet['num_layers'])),
                ('ResNet width factor', resnet['width_factor']))
@@ -237,21 +236,31 @@ def _matching_preset(fields: Mapping[str, Any]) -> Optional[str]:
 
 def _custom_name(fields: Mapping[str, Any]) -> str:
   """A descriptive name for shapes that match no preset, e.g. 'ViT-custom-128d-4L-4h-p7'."""
-  family = presets.family_of(fields)
-  if family == 'resnet':
-    sizes = '-'.join(map(str, fields['stage_sizes']))
-    return f'ResNet-custom-{sizes}-w{fields["width_factor"]:g}-root{fields["root_kernel"]}'
-  patch = fields['patches']['size'][0]
-  if family == 'swin':
-    return (f'Swin-custom-{fields["embed_dim"]}d-{"-".join(map(str, fields["depths"]))}-'
-            f'{"-".join(map(str, fields["num_heads"]))}h-p{patch}-w{fields["window_size"]}')
-  if family == 'mixer':
-    return f'Mixer-custom-{fields["hidden_dim"]}d-{fields["num_blocks"]}L-p{patch}'
+  return reader_of(presets.family_of(fields)).custom_name(fields)
+
+
+def _resnet_name(fields: Mapping[str, Any]) -> str:
+  sizes = '-'.join(map(str, fields['stage_sizes']))
+  return f'ResNet-custom-{sizes}-w{fields["width_factor"]:g}-root{fields["root_kernel"]}'
+
+
+def _swin_name(fields: Mapping[str, Any]) -> str:
+  return (f'Swin-custom-{fields["embed_dim"]}d-{"-".join(map(str, fields["depths"]))}-'
+          f'{"-".join(map(str, fields["num_heads"]))}h-p{fields["patches"]["size"][0]}-'
+          f'w{fields["window_size"]}')
+
+
+def _mixer_name(fields: Mapping[str, Any]) -> str:
+  return (f'Mixer-custom-{fields["hidden_dim"]}d-{fields["num_blocks"]}L-'
+          f'p{fields["patches"]["size"][0]}')
+
+
+def _vit_name(fields: Mapping[str, Any]) -> str:
   t = fields['transformer']
   root = ('R' + '-'.join(map(str, fields['resnet']['num_layers'])) + '+'
-          if family == 'hybrid' else '')
+          if presets.family_of(fields) == 'hybrid' else '')
   return (f'{root}ViT-custom-{fields["hidden_size"]}d-{t["num_layers"]}L-{t["num_heads"]}h-'
-          f'mlp{t["mlp_dim"]}-p{patch}')
+          f'mlp{t["mlp_dim"]}-p{fields["patches"]["size"][0]}')
 
 
 def _vit_config(fields: Dict[str, Any], name: Optional[str]) -> Tuple[Dict[str, Any], list]:
@@ -308,60 +317,92 @@ def _read_swin(tree: Mapping[str, Any]) -> Tuple[Dict[str, Any], Any, list]:
       f'stochastic_depth {config["stochastic_depth"]} (timm\'s default; training only)']
 
 
+def _image_from_grid(config: Mapping[str, Any], grid: Any) -> Optional[int]:
+  """The training resolution a square trained grid says, else None."""
+  return grid[0] * presets.token_stride(config) if grid and grid[0] == grid[1] else None
+
+
 @dataclasses.dataclass(frozen=True)
 class ShapeReader:
-  """How one family's checkpoint is recognised and read from its shapes.
+  """How one family's checkpoint is recognised, read from its shapes and compared.
+
+  A family's record (`families.FAMILIES`) names its reader; ViT and hybrid share one.
 
   Attributes:
-    families: the families it reads (a ViT reader reads hybrids too).
     marks: the parameters that mark it, in words (for the error naming what a file lacks).
     claims: whether a shape tree is this family's.
     read: shape tree → (model config with `family`, trained grid or None, assumed).
+    compared: model config → (label, value) of the fields its shapes decide.
+    custom_name: model config → a descriptive name when no preset matches.
+    complete: model config → plain dict with its family's defaults filled in.
+    image_size: (model config, trained grid) → the resolution it was trained at, or None.
   """
 
-  families: Tuple[str, ...]
   marks: str
   claims: Callable[[Mapping[str, Any]], bool]
   read: Callable[[Mapping[str, Any]], Tuple[Dict[str, Any], Any, list]]
+  compared: Callable[[Mapping[str, Any]], Tuple[Tuple[str, Any], ...]]
+  custom_name: Callable[[Mapping[str, Any]], str]
+  complete: Callable[[Mapping[str, Any]], Dict[str, Any]] = plain_config
+  image_size: Callable[[Mapping[str, Any], Any], Optional[int]] = _image_from_grid
 
 
-# A new family adds its reader here (see docs/architecture.md, "Model families").
-SHAPE_READERS = (
-    ShapeReader(('mixer',), 'stem/ + MixerBlock_0/',
-                lambda t: 'stem' in t and 'MixerBlock_0' in t, _read_mixer),
-    ShapeReader(('vit', 'hybrid'), 'embedding/ + Transformer/encoderblock_0/',
-                lambda t: 'embedding' in t and 'encoderblock_0' in t.get('Transformer', {}),
-                _read_vit),
-    ShapeReader(('resnet',), 'conv_root/ without embedding/',
-                lambda t: 'conv_root' in t and 'embedding' not in t, _read_resnet),
-    ShapeReader(('swin',), 'patch_embed/ + layers_0_blocks_0/',
-                lambda t: 'patch_embed' in t and 'layers_0_blocks_0' in t, _read_swin),
-)
+MIXER_READER = ShapeReader('stem/ + MixerBlock_0/',
+                           lambda t: 'stem' in t and 'MixerBlock_0' in t, _read_mixer,
+                           _mixer_compared, _mixer_name)
+VIT_READER = ShapeReader(
+    'embedding/ + Transformer/encoderblock_0/',
+    lambda t: 'embedding' in t and 'encoderblock_0' in t.get('Transformer', {}), _read_vit,
+    _vit_compared, _vit_name, complete=full_vit_config)
+RESNET_READER = ShapeReader('conv_root/ without embedding/',
+                            lambda t: 'conv_root' in t and 'embedding' not in t, _read_resnet,
+                            _resnet_compared, _resnet_name)
+# Trained at its published resolution (the last stage one window; see `_read_swin`).
+SWIN_READER = ShapeReader('patch_embed/ + layers_0_blocks_0/',
+                          lambda t: 'patch_embed' in t and 'layers_0_blocks_0' in t, _read_swin,
+                          _swin_compared, _swin_name,
+                          image_size=lambda config, grid: presets.finetune_resolution(config))
+
+
+def reader_of(family: str) -> ShapeReader:
+  """The shape reader a family's record (`families.FAMILIES`) names."""
+  return families.resolve(families.FAMILIES[family].shape_reader)
+
+
+def shape_readers() -> Tuple[ShapeReader, ...]:
+  """Every family's reader, each once, in the records' order."""
+  readers = []
+  for family in families.FAMILIES:
+    reader = reader_of(family)
+    if reader not in readers:
+      readers.append(reader)
+  return tuple(readers)
 
 
 def architecture(params: Mapping[str, Any]) -> Architecture:
   """The model a published-format checkpoint holds, read from its shapes alone.
 
   Accepts the flat dict of an .npz (pre-Linen or Linen names, (1, 1, 1, C) GroupNorm) or a Linen
-  param tree (arrays or anything with `.shape`). Decides ViT/hybrid/Mixer, patch, widths,
-  depth, heads, classes, pre_logits, class token, position-embedding kind and trained grid;
-  `model_name` is the official preset whose decidable fields all match (its dropout rates are
-  then used), else a descriptive custom name. What stays open is listed in `assumed`.
+  param tree (arrays or anything with `.shape`). The reader of the family whose marks it has
+  (`shape_readers`) decides patch, widths, depth, heads, classes, pre_logits, class token,
+  position-embedding kind and trained grid; `model_name` is the official preset whose decidable
+  fields all match (its dropout rates are then used), else a descriptive custom name. What
+  stays open is listed in `assumed`.
   """
   tree = _shape_tree(params)
   num_classes = int(tree['head']['bias'][0]) if 'head' in tree else 0
-  reader = next((r for r in SHAPE_READERS if r.claims(tree)), None)
+  readers = shape_readers()
+  reader = next((r for r in readers if r.claims(tree)), None)
   if reader is None:
-    raise CheckpointError('not a ViT, hybrid, Mixer, ResNet or Swin checkpoint: it has none of '
-                          + ', '.join(r.marks for r in SHAPE_READERS) + '.')
+    *others, last = [f.title for f in families.FAMILIES.values()]
+    names = f'{", ".join(others)} or {last}' if others else last
+    raise CheckpointError(f'not a {names} checkpoint: it has none of '
+                          + ', '.join(r.marks for r in readers) + '.')
   config, grid, assumed = reader.read(tree)
   config['model_name'] = _matching_preset(config) or _custom_name(config)
-  stride = presets.token_stride(config)
-  image_size = grid[0] * stride if grid and grid[0] == grid[1] else None
-  if presets.family_of(config) == 'swin':
-    image_size = presets.finetune_resolution(config)
   return Architecture(config=ml_collections.ConfigDict(config), num_classes=num_classes,
-                      grid=grid, image_size=image_size, assumed=tuple(assumed))
+                      grid=grid, image_size=reader.image_size(config, grid),
+                      assumed=tuple(assumed))
 
 
 def preset_family(model: Mapping[str, Any]) -> Optional[str]:
