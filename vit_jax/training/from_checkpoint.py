@@ -31,9 +31,9 @@ class PretrainedSource:
     self._source: Optional[loading.Source] = None
 
   def open(self, name: str) -> loading.Source:
-    path = store.resolve_name(name)
-    if self._source is None or self._source.path != path:
-      self._source = loading.open_source(name)
+    location = store.locate(name)
+    if self._source is None or self._source.path != location.path:
+      self._source = loading.open_source(name, location=location)
     return self._source
 
 
@@ -84,8 +84,8 @@ def with_checkpoint_normalization(config: ml_collections.ConfigDict, workdir: st
       saved = json.load(f)
     mean, std = tuple(saved['mean']), tuple(saved['std'])
   elif config.pretrained_path:
-    path = store.resolve_name(config.pretrained_path)
-    if store.is_remote(path) or store.check_available(path):
+    location = store.locate(config.pretrained_path)
+    if store.is_remote(location.path) or store.check_available(location):
       return config  # A published npz (official inputs), or missing: preflight says so.
     described = (pretrained or PretrainedSource()).open(config.pretrained_path).description
     mean, std = described.mean, described.std

@@ -88,9 +88,14 @@ def preflight(config: Any, *, needs_pretrained: bool) -> Any:
     raise  # Not a missing input: its own line.
   except ValueError as e:
     problems.append(str(e).strip().rstrip('.'))
-  pretrained = store.pretrained_path(config) if needs_pretrained else None
-  for path in filter(None, (pretrained, config.distill.teacher_path)):
-    problem = store.check_available(path)
+  locations = [store.pretrained_location(config) if needs_pretrained else None]
+  if config.distill.teacher_path:
+    try:
+      locations.append(store.locate(config.distill.teacher_path))
+    except store.CheckpointError as e:
+      problems.append(str(e).strip().rstrip('.'))
+  for location in filter(None, locations):
+    problem = store.check_available(location)
     if problem:
       problems.append(problem)
   if problems:
