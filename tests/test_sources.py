@@ -1,5 +1,6 @@
 """One path from a checkpoint source to a model: opened once, described once, fitted once."""
 
+import json
 import os
 
 import jax
@@ -50,6 +51,10 @@ def test_a_finetune_from_a_hub_folder_reads_its_arrays_once(tmp_path, monkeypatc
   run = metadata_lib.read_metadata(workdir)  # The model, family and inputs of the hub folder.
   assert run['model']['family'] == 'vit' and run['model']['hidden_size'] == 16
   assert tuple(run['preprocessing']['mean']) == IMAGENET_MEAN
+  # The choice is recorded once, in the run record (a resume reads it there), in no other file.
+  with open(os.path.join(workdir, 'run.json'), encoding='utf-8') as f:
+    assert tuple(json.load(f)['input']['mean']) == IMAGENET_MEAN
+  assert not os.path.exists(os.path.join(workdir, 'input_normalization.json'))
 
 
 def test_a_resnet_run_loads_with_or_without_its_model_file(tmp_path):
