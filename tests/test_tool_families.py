@@ -92,8 +92,8 @@ REFUSED = {
     'features': {f: 'Features need a Vision Transformer' for f in ('mixer', 'swin', 'resnet')},
     'analyze': {f: 'Features need a Vision Transformer' for f in ('mixer', 'swin', 'resnet')},
     'flops': {'mixer': 'is a Mixer model', 'resnet': 'is a ResNet model'},
-    'export_timm': {'hybrid': 'a ResNet stem', 'mixer': 'a MLP-Mixer', 'swin': 'a Swin',
-                    'resnet': 'a plain ResNet'},
+    'export_timm': {'hybrid': 'a ResNet stem', 'mixer': '(a Mixer)', 'swin': '(a Swin)',
+                    'resnet': '(a ResNet)'},
 }
 
 
