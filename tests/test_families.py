@@ -39,6 +39,7 @@ def test_each_family_record_has_every_piece_in_its_layer(family):
   config_lib.shrink(config)  # The runlocal size, built, and read back from its shapes.
   side = config.pp.crop
   assert presets.token_grid(config.model, (side, side)) == (2, 2)
+  assert side % record.input_multiple(config.model) == 0  # The runlocal crop is accepted.
   arch = architecture.architecture(_shapes(models.get_model(config.model, num_classes=3), side))
   assert arch.config.family == family and arch.num_classes == 3
   assert architecture.first_difference(arch.config, config.model, 'the config') is None
@@ -81,8 +82,8 @@ def toy_family(monkeypatch):
   record = families.Family(
       'toy', 'Toy', {'dtype': 'float32'}, False, token_stride=lambda c: c['patches']['size'][0],
       token_grid=lambda c, hw: (hw[0] // 4, hw[1] // 4), finetune_resolution=lambda c, t: 64,
-      shrink=_shrink_toy, module=f'{__name__}.ToyNet', shape_reader=f'{__name__}.TOY_READER',
-      flops=f'{__name__}.TOY_FLOPS')
+      input_multiple=lambda c: 4, shrink=_shrink_toy, module=f'{__name__}.ToyNet',
+      shape_reader=f'{__name__}.TOY_READER', flops=f'{__name__}.TOY_FLOPS')
   monkeypatch.setitem(families.FAMILIES, 'toy', record)
   return ml_collections.ConfigDict(dict(model_name='toy', family='toy',
                                         patches={'size': (4, 4)}, width=8))

@@ -61,6 +61,8 @@ class Family:
     token_stride: model config → input pixels per token (per cell of the last feature map).
     token_grid: (model config, (height, width)) → (rows, cols) of its last token grid.
     finetune_resolution: (model config, target side) → its fine-tuning resolution.
+    input_multiple: model config → what the input side must be a multiple of (its patch size;
+      1 where SAME padding takes any size).
     shrink: makes a model config the `runlocal` size (one block, width 16) in place.
     module: 'package.module.Class' of its Flax module, resolved by `models.get_model`.
     shape_reader: 'package.module.NAME' of its `architecture.ShapeReader`, resolved by
@@ -76,6 +78,7 @@ class Family:
   token_stride: Callable[[Any], int]
   token_grid: Callable[[Any, Sequence[int]], Tuple[int, int]]
   finetune_resolution: Callable[[Any, int], int]
+  input_multiple: Callable[[Any], int]
   shrink: Callable[[ml_collections.ConfigDict], None]
   module: str
   shape_reader: str
@@ -104,6 +107,10 @@ def _round_up(config: Any, target: int) -> int:
   """The target side rounded up to whole tokens (the official 384px: 392 for /14)."""
   stride = FAMILIES[config['family']].token_stride(config)
   return -(-target // stride) * stride
+
+
+def _patch_size(config: Any) -> int:
+  return config['patches']['size'][0]
 
 
 def _hybrid_root_steps(config: Any) -> int:
@@ -174,32 +181,35 @@ def _register(*records: Family) -> Dict[str, Family]:
 # A new family adds its record here (and its module, reader and counter where the names point).
 FAMILIES: Dict[str, Family] = _register(
     Family('vit', 'ViT', VIT_EXTRAS, True,
-           token_stride=lambda c: c['patches']['size'][0], token_grid=_patch_grid,
-           finetune_resolution=_round_up, shrink=_shrink_vit,
+           token_stride=_patch_size, token_grid=_patch_grid,
+           finetune_resolution=_round_up, input_multiple=_patch_size, shrink=_shrink_vit,
            module='vit_jax.models_vit.VisionTransformer',
            shape_reader='vit_jax.checkpoints.architecture.VIT_READER',
            flops='vit_jax.tools.flops.VIT_FLOPS'),
     Family('hybrid', 'ResNet+ViT hybrid', VIT_EXTRAS, True,
-           token_stride=lambda c: c['patches']['size'][0] * 2**_hybrid_root_steps(c),
-           token_grid=_hybrid_grid, finetune_resolution=_round_up, shrink=_shrink_hybrid,
+           token_stride=lambda c: _patch_size(c) * 2**_hybrid_root_steps(c),
+           token_grid=_hybrid_grid, finetune_resolution=_round_up,
+           input_multiple=lambda c: 1, shrink=_shrink_hybrid,
            module='vit_jax.models_vit.VisionTransformer',
            shape_reader='vit_jax.checkpoints.architecture.VIT_READER',
            flops='vit_jax.tools.flops.VIT_FLOPS'),
     Family('mixer', 'Mixer', {}, False,
-           token_stride=lambda c: c['patches']['size'][0], token_grid=_patch_grid,
-           finetune_resolution=_round_up, shrink=_shrink_mixer,
+           token_stride=_patch_size, token_grid=_patch_grid,
+           finetune_resolution=_round_up, input_multiple=_patch_size, shrink=_shrink_mixer,
            module='vit_jax.models_mixer.MlpMixer',
            shape_reader='vit_jax.checkpoints.architecture.MIXER_READER', flops=None),
     # Its published resolution: the last stage is one window.
     Family('swin', 'Swin', SWIN_EXTRAS, False, token_stride=_swin_stride, token_grid=_swin_grid,
            finetune_resolution=lambda c, target: c['window_size'] * _swin_stride(c),
-           shrink=_shrink_swin, module='vit_jax.models_swin.SwinTransformer',
+           input_multiple=_patch_size, shrink=_shrink_swin,
+           module='vit_jax.models_swin.SwinTransformer',
            shape_reader='vit_jax.checkpoints.architecture.SWIN_READER',
            flops='vit_jax.tools.flops.SWIN_FLOPS'),
     # Any size works: SAME padding and global average pooling.
     Family('resnet', 'ResNet', RESNET_EXTRAS, False,
            token_stride=lambda c: math.prod(_resnet_strides(c)), token_grid=_resnet_grid,
-           finetune_resolution=lambda c, target: target, shrink=_shrink_resnet,
+           finetune_resolution=lambda c, target: target, input_multiple=lambda c: 1,
+           shrink=_shrink_resnet,
            module='vit_jax.models_resnet.ResNet',
            shape_reader='vit_jax.checkpoints.architecture.RESNET_READER', flops=None),
 )

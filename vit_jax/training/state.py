@@ -21,6 +21,7 @@ from vit_jax import models
 from vit_jax.checkpoints import loading
 from vit_jax.checkpoints import store
 from vit_jax.data import image_ops
+from vit_jax import families
 from vit_jax import presets
 from vit_jax.training import distill
 from vit_jax.training import from_checkpoint
@@ -56,8 +57,7 @@ def validate_config(config: Any, mesh: Mesh) -> None:
     raise ValueError(f'ema_decay={config.ema_decay} must be in [0, 1) (0 turns the weight '
                      'average off; 0.999 averages over ~1000 steps).')
   # Patch sizes that must divide the input (a hybrid's ResNet and a ResNet pad any size).
-  family = presets.family_of(config.model)
-  patch = config.model.patches.size[0] if family in ('vit', 'mixer', 'swin') else 1
+  patch = families.FAMILIES[presets.family_of(config.model)].input_multiple(config.model)
   if config.pp.crop % patch:
     up = -(-config.pp.crop // patch) * patch
     raise ValueError(
