@@ -11,6 +11,7 @@ from vit_jax import families
 from vit_jax import models
 from vit_jax import presets
 from vit_jax.checkpoints import architecture
+from vit_jax.checkpoints import shape_readers
 from vit_jax.checkpoints.npz_format import CheckpointError
 from vit_jax.tools import flops
 
@@ -30,7 +31,7 @@ def test_each_family_record_has_every_piece_in_its_layer(family):
   module = families.resolve(record.module)
   assert issubclass(module, nn.Module) and module.__module__.startswith('vit_jax.models')
   reader = families.resolve(record.shape_reader)
-  assert isinstance(reader, architecture.ShapeReader)
+  assert isinstance(reader, shape_readers.ShapeReader)
   if record.flops is not None:
     assert isinstance(families.resolve(record.flops), flops.FlopsCounter)
   config = config_lib.get_config()
@@ -60,12 +61,12 @@ class ToyNet(nn.Module):
     return nn.Dense(self.num_classes, name='head')(x.mean((1, 2)))
 
 
-def _read_toy(tree):
+def _read_toy(tree, match):
   kernel = tree['toy_stem']['kernel']
   return dict(family='toy', patches={'size': tuple(kernel[:2])}, width=kernel[3]), None, []
 
 
-TOY_READER = architecture.ShapeReader(
+TOY_READER = shape_readers.ShapeReader(
     'toy_stem/', lambda t: 'toy_stem' in t, _read_toy, lambda c: (('width', c['width']),),
     lambda c: f'Toy-{c["width"]}')
 TOY_FLOPS = flops.FlopsCounter(

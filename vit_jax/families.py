@@ -65,7 +65,7 @@ class Family:
       1 where SAME padding takes any size).
     shrink: makes a model config the `runlocal` size (one block, width 16) in place.
     module: 'package.module.Class' of its Flax module, resolved by `models.get_model`.
-    shape_reader: 'package.module.NAME' of its `architecture.ShapeReader`, resolved by
+    shape_reader: 'package.module.NAME' of its `shape_readers.ShapeReader`, resolved by
       `checkpoints.architecture` (the reader of its files' shapes).
     flops: 'package.module.NAME' of its `tools.flops.FlopsCounter`, or None when only XLA
       counts it (`flops --xla`).
@@ -184,26 +184,26 @@ FAMILIES: Dict[str, Family] = _register(
            token_stride=_patch_size, token_grid=_patch_grid,
            finetune_resolution=_round_up, input_multiple=_patch_size, shrink=_shrink_vit,
            module='vit_jax.models_vit.VisionTransformer',
-           shape_reader='vit_jax.checkpoints.architecture.VIT_READER',
+           shape_reader='vit_jax.checkpoints.shape_readers.VIT_READER',
            flops='vit_jax.tools.flops.VIT_FLOPS'),
     Family('hybrid', 'ResNet+ViT hybrid', VIT_EXTRAS, True,
            token_stride=lambda c: _patch_size(c) * 2**_hybrid_root_steps(c),
            token_grid=_hybrid_grid, finetune_resolution=_round_up,
            input_multiple=lambda c: 1, shrink=_shrink_hybrid,
            module='vit_jax.models_vit.VisionTransformer',
-           shape_reader='vit_jax.checkpoints.architecture.VIT_READER',
+           shape_reader='vit_jax.checkpoints.shape_readers.VIT_READER',
            flops='vit_jax.tools.flops.VIT_FLOPS'),
     Family('mixer', 'Mixer', {}, False,
            token_stride=_patch_size, token_grid=_patch_grid,
            finetune_resolution=_round_up, input_multiple=_patch_size, shrink=_shrink_mixer,
            module='vit_jax.models_mixer.MlpMixer',
-           shape_reader='vit_jax.checkpoints.architecture.MIXER_READER', flops=None),
+           shape_reader='vit_jax.checkpoints.shape_readers.MIXER_READER', flops=None),
     # Its published resolution: the last stage is one window.
     Family('swin', 'Swin', SWIN_EXTRAS, False, token_stride=_swin_stride, token_grid=_swin_grid,
            finetune_resolution=lambda c, target: c['window_size'] * _swin_stride(c),
            input_multiple=_patch_size, shrink=_shrink_swin,
            module='vit_jax.models_swin.SwinTransformer',
-           shape_reader='vit_jax.checkpoints.architecture.SWIN_READER',
+           shape_reader='vit_jax.checkpoints.shape_readers.SWIN_READER',
            flops='vit_jax.tools.flops.SWIN_FLOPS'),
     # Any size works: SAME padding and global average pooling.
     Family('resnet', 'ResNet', RESNET_EXTRAS, False,
@@ -211,5 +211,5 @@ FAMILIES: Dict[str, Family] = _register(
            finetune_resolution=lambda c, target: target, input_multiple=lambda c: 1,
            shrink=_shrink_resnet,
            module='vit_jax.models_resnet.ResNet',
-           shape_reader='vit_jax.checkpoints.architecture.RESNET_READER', flops=None),
+           shape_reader='vit_jax.checkpoints.shape_readers.RESNET_READER', flops=None),
 )
