@@ -139,7 +139,7 @@ def test_help_of_the_entry_point_lists_the_tools_own_flags():
 @pytest.mark.parametrize('args, message', [
     (['--model=ViT-Q'], 'Unknown model'),
     (['--model=Mixer-B_16'], 'Mixer'),
-    (['--model=ResNet-50'], 'ResNet-50 is a plain ResNet'),
+    (['--model=ResNet-50'], 'ResNet-50 is a ResNet model'),
     (['--image=0'], 'positive'),
     (['stray'], 'Unexpected arguments'),
 ])

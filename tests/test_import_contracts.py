@@ -74,3 +74,19 @@ def test_the_checkpoints_package_cannot_import_the_official_checkpoint_api(tree)
   finally:
     target.write_text(original)
   assert result.returncode == 1 and 'vit_jax.checkpoint' in result.stdout, result.stdout[-2000:]
+
+
+def test_no_layer_holds_two_modules_that_may_import_each_other(tree):
+  """A layer of several modules declares them independent (`|`), so none can hide an import
+  back up (as `checkpoint : checkpoints` once did); planting one breaks the layers."""
+  with open(tree / '.importlinter') as f:
+    layers = f.read().split('layers =')[1].split('exhaustive')[0].split('\n')
+  assert not [layer for layer in layers if ':' in layer], 'use "|" or separate layers'
+  target = tree / 'vit_jax/models_mixer.py'
+  original = target.read_text()
+  try:
+    target.write_text(original + '\nfrom vit_jax import models_swin  # planted by the test\n')
+    result = lint(tree, 'layers')
+  finally:
+    target.write_text(original)
+  assert result.returncode == 1 and 'vit_jax.models_swin' in result.stdout, result.stdout[-2000:]

@@ -1,5 +1,6 @@
 """One path from a checkpoint source to a model: opened once, described once, fitted once."""
 
+import json
 import os
 
 import jax
@@ -50,6 +51,10 @@ def test_a_finetune_from_a_hub_folder_reads_its_arrays_once(tmp_path, monkeypatc
   run = metadata_lib.read_metadata(workdir)  # The model, family and inputs of the hub folder.
   assert run['model']['family'] == 'vit' and run['model']['hidden_size'] == 16
   assert tuple(run['preprocessing']['mean']) == IMAGENET_MEAN
+  # The choice is recorded once, in the run record (a resume reads it there), in no other file.
+  with open(os.path.join(workdir, 'run.json'), encoding='utf-8') as f:
+    assert tuple(json.load(f)['input']['mean']) == IMAGENET_MEAN
+  assert not os.path.exists(os.path.join(workdir, 'input_normalization.json'))
 
 
 def test_a_resnet_run_loads_with_or_without_its_model_file(tmp_path):
@@ -85,3 +90,24 @@ def test_the_official_api_and_the_teacher_fit_the_same_opened_source(tmp_path):
   assert jax.tree.map(np.shape, fitted) == jax.tree.map(np.shape, init)
   np.testing.assert_array_equal(fitted['Transformer']['posembed_input']['pos_embedding'],
                                 loaded.params['Transformer']['posembed_input']['pos_embedding'])
+
+
+def test_timm_file_or_npz_is_asked_once_per_opened_source(tmp_path, monkeypatch):
+  """`store.locate` asks it; resolving, checking and reading carry its answer (3 asks before)."""
+  folder = _hub_folder(tmp_path / 'hub')
+  npz = str(tmp_path / 'tiny.npz')
+  checkpoint.save(_init(config_lib.small_vit('tiny', patch=8, hidden=16, layers=1, mlp=16,
+                                             heads=2), 16), npz)
+  asked = []
+  is_timm_source = timm_files.is_timm_source
+  monkeypatch.setattr(timm_files, 'is_timm_source',
+                      lambda path: asked.append(path) or is_timm_source(path))
+  for name, family in ((folder, 'vit'), (npz, 'vit')):
+    asked.clear()
+    assert loading.open_source(name).description.config.family == family
+    assert asked == [name]
+  package = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'vit_jax')
+  askers = sorted(os.path.relpath(os.path.join(d, f), package)
+                  for d, _, files in os.walk(package) for f in files if f.endswith('.py')
+                  and 'is_timm_source(' in open(os.path.join(d, f), encoding='utf-8').read())
+  assert askers == ['checkpoints/store.py', 'checkpoints/timm_files.py']  # Its definition.

@@ -28,6 +28,7 @@ from vit_jax import models
 from vit_jax.checkpoints import loading
 from vit_jax.checkpoints import timm_architectures
 from vit_jax.checkpoints import timm_export
+from vit_jax.checkpoints import timm_declared
 from vit_jax.checkpoints import timm_vit
 from vit_jax.checkpoints.npz_format import CheckpointError
 
@@ -158,7 +159,7 @@ def test_unknown_architecture_without_model_args_is_one_line():
   message = str(e.value)
   assert 'vit_future_patch16_224' in message and '"model_args"' in message
   assert 'num_heads' in message and 'act_layer' in message and '\n' not in message
-  declared, assumed = timm_vit.declared_architecture(
+  declared, assumed = timm_declared.declared_architecture(
       {'architecture': 'vit_future_patch16_224',
        'model_args': {'num_heads': 2, 'act_layer': 'gelu_tanh'}}, width)
   assert (declared['num_heads'], declared['act_layer']) == (2, 'gelu_tanh')

@@ -263,18 +263,20 @@ def check_run_normalization(workdir, folder, config, tmp_path):
   from vit_jax.tools import export_timm
   from vit_jax import input_pipeline
   from vit_jax.training import from_checkpoint
+  from vit_jax.training import run_record
   with open(os.path.join(folder, 'config.json')) as f:
     cfg = json.load(f)['pretrained_cfg']
   mean, std = tuple(cfg['mean']), tuple(cfg['std'])
   assert mean != presets.OFFICIAL_MEAN  # DINOv2: ImageNet's.
   normalised = from_checkpoint.with_checkpoint_normalization(
-      from_checkpoint.with_checkpoint_model(config), workdir)
+      from_checkpoint.with_checkpoint_model(config))
   assert (tuple(normalised.pp.mean), tuple(normalised.pp.std)) == (mean, std)
-  # Recorded in the run: a resume decides the same even when the pretrained folder is gone.
+  # Recorded in the run (run.json's `input`): a resume decides the same even when the
+  # pretrained folder is gone.
   moved = str(tmp_path / 'moved_away')
   os.rename(folder, moved)
   try:
-    resumed = from_checkpoint.with_checkpoint_normalization(config, workdir)
+    resumed = run_record.with_recorded_contributions(config, run_record.read(workdir))
     assert (tuple(resumed.pp.mean), tuple(resumed.pp.std)) == (mean, std)
   finally:
     os.rename(moved, folder)
@@ -286,7 +288,7 @@ def check_run_normalization(workdir, folder, config, tmp_path):
     assert np.abs(want - image).max(axis=(1, 2, 3)).min() < 1e-6
   mine = config.copy_and_resolve_references()
   mine.pp.mean = (0.4, 0.4, 0.4)  # The user's own value wins.
-  assert from_checkpoint.with_checkpoint_normalization(mine, workdir).pp.mean == (0.4, 0.4, 0.4)
+  assert from_checkpoint.with_checkpoint_normalization(mine).pp.mean == (0.4, 0.4, 0.4)
   with open(os.path.join(workdir, 'metadata.json')) as f:
     preprocessing = json.load(f)['preprocessing']
   assert (tuple(preprocessing['mean']), tuple(preprocessing['std'])) == (mean, std)

@@ -91,9 +91,9 @@ FAMILIES = ('vit', 'hybrid', 'mixer', 'swin', 'resnet')
 REFUSED = {
     'features': {f: 'Features need a Vision Transformer' for f in ('mixer', 'swin', 'resnet')},
     'analyze': {f: 'Features need a Vision Transformer' for f in ('mixer', 'swin', 'resnet')},
-    'flops': {'mixer': 'is an MLP-Mixer', 'resnet': 'is a plain ResNet'},
-    'export_timm': {'hybrid': 'a ResNet stem', 'mixer': 'a MLP-Mixer', 'swin': 'a Swin',
-                    'resnet': 'a plain ResNet'},
+    'flops': {'mixer': 'is a Mixer model', 'resnet': 'is a ResNet model'},
+    'export_timm': {'hybrid': 'a ResNet stem', 'mixer': '(a Mixer)', 'swin': '(a Swin)',
+                    'resnet': '(a ResNet)'},
 }
 
 

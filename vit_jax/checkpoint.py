@@ -15,6 +15,7 @@ from typing import Any, Mapping, Optional, Sequence
 from vit_jax.checkpoints import loading
 from vit_jax.checkpoints import metadata as metadata_lib
 from vit_jax.checkpoints import npz_format
+from vit_jax.checkpoints import store
 from vit_jax.checkpoints.npz_format import CheckpointError, Params
 
 __all__ = ['CheckpointError', 'load', 'load_pretrained', 'save']
@@ -22,8 +23,8 @@ __all__ = ['CheckpointError', 'load', 'load_pretrained', 'save']
 
 def load(path: str, cache_dir: Optional[str] = None) -> Params:
   """Loads a published .npz (local path, gs:// or https://) or a timm-format checkpoint
-  (see `timm_files.is_timm_source`) into the Linen param tree (`loading.read_arrays`)."""
-  return loading.read_arrays(path, cache_dir)[0]
+  (see `store.locate`) into the Linen param tree (`loading.read_arrays`)."""
+  return loading.read_arrays(store.locate(path), cache_dir)[0]
 
 
 def save(params: Mapping[str, Any], path: str,

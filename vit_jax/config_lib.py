@@ -11,6 +11,7 @@ from typing import Any, Optional, Tuple
 import ml_collections
 from ml_collections import config_dict
 
+from vit_jax import families
 from vit_jax import presets
 
 # Fine-tuning presets of the official repo (a slice of train is held out as in the paper). The
@@ -169,7 +170,7 @@ def with_model(config: ml_collections.ConfigDict, name: str) -> ml_collections.C
   """Sets `config.model` to preset `name` (plus the ViT, ResNet or Swin extras) and the input
   resolution to the model's official fine-tuning one (384px in whole tokens; a Swin's own)."""
   model = presets.get_config(name)
-  model.update(presets.EXTRAS[presets.family_of(model)])
+  model.update(families.FAMILIES[presets.family_of(model)].extras)
   config.model = model
   config.pp.crop = presets.finetune_resolution(model)
   return config
@@ -238,25 +239,8 @@ def shrink(config: ml_collections.ConfigDict) -> None:
   batch 8 at the input size that gives a 2x2 token grid; checkpoints, eval and export all run.
   """
   model = config.model
-  family = None if model is None else presets.family_of(model)
-  if model is None:  # The model is the pretrained checkpoint's (configs/hub.py): keep it.
-    pass
-  elif family == 'resnet':  # One unit per stage, GroupNorm's 32 channels at least.
-    model.update(dict(stage_sizes=(1,) * len(model.stage_sizes), width_factor=.5))
-  elif family == 'swin':  # A W-MSA + SW-MSA pair in the first stage, one block after.
-    stages = len(model.depths)
-    model.update(dict(embed_dim=16, depths=(2,) + (1,) * (stages - 1), num_heads=(2,) * stages))
-  elif family == 'mixer':
-    model.update(dict(hidden_dim=16, num_blocks=1, tokens_mlp_dim=8, channels_mlp_dim=16))
-  else:
-    model.hidden_size = 16
-    model.transformer.update(dict(num_layers=1, num_heads=2, mlp_dim=16))
-    if model.representation_size is not None:
-      model.representation_size = 16
-    if family == 'hybrid':  # One unit per stage, GroupNorm's 32 channels at least.
-      model.resnet = ml_collections.ConfigDict(dict(
-          num_layers=(1,) * len(model.resnet.num_layers), width_factor=.5))
-  if model is not None:
+  if model is not None:  # None: the pretrained checkpoint's model (configs/hub.py), kept.
+    families.FAMILIES[presets.family_of(model)].shrink(model)
     config.pp.crop = 2 * presets.token_stride(model)
   config.update(dict(total_steps=2, num_epochs=0., batch=8, batch_eval=8, accum_steps=1,
                      warmup_steps=1, shuffle_buffer=16, progress_every=1, eval_every=2,

@@ -29,12 +29,10 @@ import tensorflow as tf
 from absl import logging
 
 from vit_jax.data import augment
-from vit_jax.data import fashion_mnist  # noqa: F401  # Registers its local preparer.
 from vit_jax.data import folder_source
 from vit_jax.data import image_ops
 from vit_jax.data import sources
 from vit_jax.data import stream
-from vit_jax.data import tfds_source
 
 Batch = Dict[str, np.ndarray]
 
@@ -224,6 +222,9 @@ def _open(config: Any) -> sources.Source:
                      'with train/<class>/*.jpg and test/<class>/*.jpg.')
   if os.path.isdir(dataset):
     return folder_source.open_folder(dataset)
+  # TFDS only when a TFDS name is opened: importing the pipeline does not import it.
+  from vit_jax.data import fashion_mnist  # noqa: F401  # pylint: disable=g-import-not-at-top
+  from vit_jax.data import tfds_source  # pylint: disable=g-import-not-at-top
   return tfds_source.open_tfds(config)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from vit_jax import families
 from vit_jax.models_mixer import MlpMixer
 from vit_jax.models_resnet import ResNet
 from vit_jax.models_swin import SwinTransformer
@@ -15,11 +16,17 @@ from vit_jax.models_vit import VisionTransformer
 from vit_jax.presets import AUGREG_CONFIGS, MODEL_CONFIGS, family_of, get_config, token_grid
 
 __all__ = ['MODEL_CONFIGS', 'AUGREG_CONFIGS', 'VisionTransformer', 'MlpMixer', 'ResNet',
-           'SwinTransformer', 'MODULES', 'get_model', 'get_config', 'family_of', 'token_grid']
+           'SwinTransformer', 'MODULES', 'module_of', 'get_model', 'get_config', 'family_of',
+           'token_grid']
 
-# The Flax module of each family (`presets.FAMILIES`); a new family adds its module here.
-MODULES = {'vit': VisionTransformer, 'hybrid': VisionTransformer, 'mixer': MlpMixer,
-           'resnet': ResNet, 'swin': SwinTransformer}
+
+def module_of(family: str) -> Any:
+  """The Flax module class a family's record (`families.FAMILIES`) names."""
+  return families.resolve(families.FAMILIES[family].module)
+
+
+# The Flax module of each published family (what `get_model` builds; read from the records).
+MODULES = {name: module_of(name) for name in families.FAMILIES}
 
 
 def get_model(name_or_config: Any, **kwargs: Any):
@@ -30,4 +37,4 @@ def get_model(name_or_config: Any, **kwargs: Any):
   for key in ('dtype', 'param_dtype'):
     if isinstance(fields.get(key), str):  # Configs spell dtypes as strings ('bfloat16').
       fields[key] = jnp.dtype(fields[key])
-  return MODULES[family_of(fields)](**fields)
+  return module_of(family_of(fields))(**fields)

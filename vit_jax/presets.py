@@ -11,6 +11,8 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import ml_collections
 
+from vit_jax import families
+
 MODEL_CONFIGS: Dict[str, ml_collections.ConfigDict] = {}
 # AugReg file names use 'S_16' / 'R26_S_32' instead of 'ViT-S_16' / 'R26+ViT-S_32'.
 AUGREG_CONFIGS: Dict[str, ml_collections.ConfigDict] = {}
@@ -33,43 +35,12 @@ DEFAULT_NAMED_COLLECTION = 'imagenet21k+imagenet2012'
 OFFICIAL_MEAN = OFFICIAL_STD = (0.5, 0.5, 0.5)
 
 
-# Fields beyond the official ones, each off by default (defaults = official behaviour).
-VIT_EXTRAS = dict(
-    posemb='learn',  # 'learn' (official 1-D), 'learn_2d', 'sincos2d', 'relative' or 'none'.
-    stochastic_depth=0.,  # Max drop-path rate (last block); 0 = off.
-    dtype='float32',  # Compute dtype; 'bfloat16' for accelerators (params stay float32).
-    remat=False,  # Recompute each block in backward: less activation memory.
-    attention_impl='xla',  # 'heads_first' (fastest on CPU) or 'fused' (cuDNN flash on GPU).
-    head_bias_init=0.,  # -10 for sigmoid pretraining (big_vision i21k).
-    # What timm's ViT families need (checkpoints/timm_vit.py reads their files); all off here.
-    activation='gelu_tanh',  # MLP activation: 'gelu_tanh' (official), 'gelu' (exact), 'quick_gelu'.
-    layer_norm_eps=1e-6,  # LayerNorm epsilon (timm's CLIP towers: 1e-5).
-    layer_scale=0.,  # LayerScale init value (DeiT-III 1e-6, DINOv2 1e-5); 0 = no LayerScale.
-    num_registers=0,  # Register tokens after the class token (DINOv2 reg4: 4).
-    no_embed_class=False,  # Position table for the patch grid only (DeiT-III, DINOv2 reg).
-    distilled=False,  # DeiT distillation token + head_dist; output = mean of both heads.
-    norm_pre=False,  # LayerNorm before the first block (CLIP).
-    fc_norm=False,  # LayerNorm after pooling instead of before (MAE-style pooled models).
-    patch_bias=True,  # Bias of the patch embedding (CLIP has none).
-)
-
-# The same for `ResNet` presets (it has no dropout, attention or position embeddings).
-RESNET_EXTRAS = dict(
-    dtype='float32',  # Compute dtype; 'bfloat16' for accelerators (params stay float32).
-)
-
-# The same for Swin presets: timm's default drop-path rate (its published configs fine-tune
-# with 0.1-0.2) and the compute dtype.
-SWIN_EXTRAS = dict(
-    stochastic_depth=0.1,  # Drop-path rate of the last block, linear from 0; 0 = off.
-    dtype='float32',  # Compute dtype; 'bfloat16' for accelerators (params stay float32).
-)
-
-
-FAMILIES = ('vit', 'hybrid', 'mixer', 'swin', 'resnet')
-# The extra fields `config_lib.with_model` adds to a preset of each family (Mixers have none).
-EXTRAS = {'vit': VIT_EXTRAS, 'hybrid': VIT_EXTRAS, 'mixer': {}, 'swin': SWIN_EXTRAS,
-          'resnet': RESNET_EXTRAS}
+# Each family's record (`families.FAMILIES`) holds its extra fields; these names stay for callers.
+VIT_EXTRAS = families.VIT_EXTRAS
+RESNET_EXTRAS = families.RESNET_EXTRAS
+SWIN_EXTRAS = families.SWIN_EXTRAS
+# The family records by name (iterating it gives the names).
+FAMILIES = families.FAMILIES
 
 
 def family_of(model_config: Any) -> str:
@@ -213,55 +184,18 @@ def token_grid(model_config: Any, image_size: Sequence[int]) -> Tuple[int, int]:
 
   For a plain ResNet or a Swin: the grid of its last feature map.
   """
-  h, w = image_size
-  family = family_of(model_config)
-  if family == 'swin':  # Patch embedding, then 2x per later stage (odd sides padded).
-    ph, pw = model_config['patches']['size']
-    h, w = h // ph, w // pw
-    for _ in range(len(model_config['depths']) - 1):
-      h, w = math.ceil(h / 2), math.ceil(w / 2)
-    return h, w
-  if family == 'resnet':
-    # SAME padding throughout: the root conv, the 3x3/2 pool, then 2x per stage after the 1st.
-    strides = [model_config['root_stride']] + [2] * (
-        bool(model_config['root_pool']) + max(len(model_config['stage_sizes']) - 1, 0))
-    for stride in strides:
-      h, w = math.ceil(h / stride), math.ceil(w / stride)
-    return h, w
-  if family == 'hybrid':
-    resnet = model_config['resnet']
-    # Root: stride-2 conv and stride-2 max-pool, both SAME; then stride 2 per stage after the 1st.
-    stride_steps = 2 + max(len(resnet['num_layers']) - 1, 0)
-    for _ in range(stride_steps):
-      h, w = math.ceil(h / 2), math.ceil(w / 2)
-  ph, pw = model_config['patches']['size']
-  return h // ph, w // pw
+  return tuple(families.FAMILIES[family_of(model_config)].token_grid(model_config, image_size))
 
 
 def token_stride(model_config: Any) -> int:
   """Input pixels per token (or per cell of a ResNet's last feature map) along each axis."""
-  family = family_of(model_config)
-  if family == 'resnet':
-    downscaling = bool(model_config['root_pool']) + max(len(model_config['stage_sizes']) - 1, 0)
-    return model_config['root_stride'] * 2**downscaling
-  patch = model_config['patches']['size'][0]
-  if family == 'swin':  # Patch merging halves the grid at every stage after the first.
-    return patch * 2**(len(model_config['depths']) - 1)
-  if family != 'hybrid':
-    return patch
-  resnet = model_config['resnet']
-  return patch * 2**(2 + max(len(resnet['num_layers']) - 1, 0))  # 4x root, 2x per later stage.
+  return families.FAMILIES[family_of(model_config)].token_stride(model_config)
 
 
 def finetune_resolution(model_config: Any, target: int = 384) -> int:
-  """The official fine-tuning resolution (384px) rounded up to whole tokens (392 for /14)."""
-  family = family_of(model_config)
-  if family == 'resnet':
-    return target  # Any size works: SAME padding and global average pooling.
-  if family == 'swin':  # Its published resolution: the last stage is one window.
-    return model_config['window_size'] * token_stride(model_config)
-  stride = token_stride(model_config)
-  return -(-target // stride) * stride
+  """The official fine-tuning resolution (384px) rounded up to whole tokens (392 for /14); a
+  Swin's published resolution (its last stage one window); any size for a ResNet."""
+  return families.FAMILIES[family_of(model_config)].finetune_resolution(model_config, target)
 
 
 def square_side(num_tokens: int) -> Optional[int]:
@@ -273,7 +207,7 @@ def square_side(num_tokens: int) -> Optional[int]:
 def num_prefix_tokens(model_config: Any) -> int:
   """Tokens before the patch grid: the class token of 'token*' classifiers, the distillation
   token and the register tokens (0 for Mixers, ResNets and Swins)."""
-  if family_of(model_config) in ('mixer', 'resnet', 'swin'):
+  if not families.FAMILIES[family_of(model_config)].has_prefix_tokens:
     return 0
   return prefix_token_count(model_config['classifier'], bool(model_config.get('distilled')),
                             int(model_config.get('num_registers') or 0))
@@ -291,6 +225,6 @@ def prefix_token_count(classifier: str, distilled: bool, num_registers: int) -> 
 
 def posemb_prefix_tokens(model_config: Any) -> int:
   """Rows of the position table before the grid: the prefix tokens, none with no_embed_class."""
-  if family_of(model_config) == 'mixer' or model_config.get('no_embed_class'):
+  if model_config.get('no_embed_class'):
     return 0
   return num_prefix_tokens(model_config)

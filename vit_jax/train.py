@@ -239,8 +239,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
     config = run_record.with_recorded_contributions(config, checked.record)
   else:
     config = from_checkpoint.with_checkpoint_normalization(
-        from_checkpoint.with_checkpoint_model(config, pretrained), workdir, pretrained)
-    from_checkpoint.record_normalization(config, workdir)
+        from_checkpoint.with_checkpoint_model(config, pretrained), pretrained)
   manager = resume.make_checkpoint_manager(workdir, config)
   trainer = state_lib.build_trainer(config, needs_pretrained=manager.latest_step() is None)
   state, damaged = resume.restore_or_init(manager, lambda: state_lib.abstract_state(trainer),

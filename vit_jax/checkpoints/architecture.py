@@ -8,16 +8,16 @@ config (run metadata, `--model`).
 """
 
 import dataclasses
-import re
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import ml_collections
 import numpy as np
 
+from vit_jax import families
 from vit_jax import presets
 from vit_jax.checkpoints import npz_format
-from vit_jax.checkpoints import swin_timm
 from vit_jax.checkpoints.npz_format import CheckpointError
+from vit_jax.checkpoints.shape_readers import ShapeReader, full_vit_config, plain_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,155 +59,16 @@ def _shape_tree(params: Mapping[str, Any]) -> Dict[str, Any]:
   return npz_format.renumber_pre_linen(npz_format.unflatten(shapes))
 
 
-def _count(tree: Mapping[str, Any], pattern: str) -> int:
-  return sum(1 for key in tree if re.fullmatch(pattern, key))
-
-
-def _mixer_fields(tree: Mapping[str, Any]) -> Tuple[Dict[str, Any], Tuple[int, int]]:
-  stem = tree['stem']['kernel']
-  block = tree['MixerBlock_0']
-  tokens = block['token_mixing']['Dense_0']['kernel'][0]
-  side = presets.square_side(tokens)
-  fields = dict(family='mixer', patches={'size': tuple(stem[:2])}, hidden_dim=stem[3],
-                num_blocks=_count(tree, r'MixerBlock_\d+'),
-                tokens_mlp_dim=block['token_mixing']['Dense_0']['kernel'][1],
-                channels_mlp_dim=block['channel_mixing']['Dense_0']['kernel'][1])
-  return fields, ((side, side) if side is not None else None)
-
-
-def _resnet_fields(tree: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
-  if 'conv_root' not in tree:
-    return None
-  width = tree['conv_root']['kernel'][3]
-  stages = _count(tree, r'block\d+')
-  units = tuple(_count(tree[f'block{s + 1}'], r'unit\d+') for s in range(stages))
-  factor = width / 64
-  return dict(num_layers=units, width_factor=int(factor) if factor == int(factor) else factor)
-
-
-def _vit_fields(tree: Mapping[str, Any]) -> Tuple[Dict[str, Any], Optional[Tuple[int, int]]]:
-  """Shape-decidable ViT fields and the trained token grid."""
-  encoder = tree['Transformer']
-  block = encoder['encoderblock_0']
-  hidden = tree['embedding']['kernel'][3]
-  _, heads, head_dim = block['MultiHeadDotProductAttention_0']['query']['kernel']
-  if heads * head_dim != hidden:
-    raise CheckpointError(f'attention width {heads}x{head_dim} differs from the hidden size '
-                          f'{hidden}; this model family cannot run such a checkpoint.')
-  posembed = encoder.get('posembed_input', {})
-  prefix = 1 if 'cls' in tree else 0
-  grid = None
-  if 'relative_posemb' in block:
-    posemb = 'relative'
-    rows, cols = block['relative_posemb']['rel_embedding'][:2]
-    grid = (rows + 1) // 2, (cols + 1) // 2
-  elif 'pos_embedding_row' in posembed:
-    posemb = 'learn_2d'
-    grid = posembed['pos_embedding_row'][0], posembed['pos_embedding_col'][0]
-  elif 'pos_embedding' in posembed:
-    posemb, side = 'learn', presets.square_side(posembed['pos_embedding'][1] - prefix)
-    grid = (side, side) if side is not None else None
-  else:
-    posemb = 'sincos2d' if hidden % 4 == 0 else 'none'
-  resnet = _resnet_fields(tree)
-  fields = dict(
-      family='vit' if resnet is None else 'hybrid',
-      patches={'size': tuple(tree['embedding']['kernel'][:2])}, hidden_size=hidden,
-      transformer=dict(mlp_dim=block['MlpBlock_0']['Dense_0']['kernel'][1], num_heads=heads,
-                       num_layers=_count(encoder, r'encoderblock_\d+')),
-      classifier='token' if prefix else 'gap',
-      representation_size=tree['pre_logits']['kernel'][1] if 'pre_logits' in tree else None,
-      posemb=posemb)
-  if resnet is not None:
-    fields['resnet'] = resnet
-  return fields, grid
-
-
-def _resnet_classifier_fields(tree: Mapping[str, Any]) -> Dict[str, Any]:
-  """Stage sizes, width and root kernel of a ResNet classifier (`models_resnet.ResNet`)."""
-  stem = _resnet_fields(tree)  # The same root and units as a hybrid's stem.
-  return dict(family='resnet', stage_sizes=stem['num_layers'], width_factor=stem['width_factor'],
-              root_kernel=tree['conv_root']['kernel'][0])
-
-
-def _resnet_config(fields: Dict[str, Any], name: Optional[str]) -> Tuple[Dict[str, Any], list]:
-  """Completes a ResNet's shape-decided fields with the preset's root stride and pooling."""
-  if name:
-    preset = presets.MODEL_CONFIGS[name]
-    return dict(fields, root_stride=preset.root_stride, root_pool=preset.root_pool), []
-  stride = 2 if fields['root_kernel'] == 7 else 1
-  config = dict(fields, root_stride=stride, root_pool=True)
-  return config, [f'root stride {stride} and a max-pool after the root (shapes cannot tell)']
-
-
 def _complete(config: Mapping[str, Any]) -> Dict[str, Any]:
   """`config` with the defaults of its family filled in (ViTs: the official ones)."""
-  if presets.family_of(config) in ('vit', 'hybrid'):
-    return full_vit_config(config)
-  return plain_config(config)
-
-
-# How a family is named in a difference ("family Mixer in the file, ViT in ViT-B_16").
-_FAMILY_NAMES = {'vit': 'ViT', 'hybrid': 'ResNet+ViT hybrid', 'mixer': 'Mixer', 'swin': 'Swin',
-                 'resnet': 'ResNet'}
-
-
-def _family(config: Mapping[str, Any]) -> str:
-  return _FAMILY_NAMES[presets.family_of(config)]
-
-
-def full_vit_config(config: Mapping[str, Any]) -> Dict[str, Any]:
-  """A ViT config dict with the official defaults for fields a preset leaves out."""
-  out = dict(presets.VIT_EXTRAS, representation_size=None, classifier='token')
-  out.update(plain_config(config))
-  return out
-
-
-def plain_config(config: Any) -> Any:
-  """ConfigDict/dict → plain dict with tuples (JSON lists of metadata become tuples)."""
-  if hasattr(config, 'to_dict'):
-    config = config.to_dict()
-  if isinstance(config, Mapping):
-    return {k: plain_config(v) for k, v in config.items()}
-  if isinstance(config, list):
-    return tuple(plain_config(v) for v in config)
-  return config
-
-
-def _posemb_params(posemb: str) -> str:
-  return {'learn': 'learned 1-D', 'learn_2d': 'learned 2-D',
-          'relative': 'learned relative'}.get(posemb, 'none')
+  return reader_of(presets.family_of(config)).complete(config)
 
 
 def _compared_fields(config: Mapping[str, Any]) -> Tuple[Tuple[str, Any], ...]:
-  """(label, value) of every field a checkpoint's shapes decide, in reading order."""
+  """(label, value) of every field a checkpoint's shapes decide, in reading order; the family
+  (as its record's title: "family Mixer in the file, ViT in ViT-B_16") first."""
   family = presets.family_of(config)
-  if family == 'resnet':
-    return (('family', _family(config)), ('ResNet units per stage', tuple(config['stage_sizes'])),
-            ('ResNet width factor', config['width_factor']),
-            ('root kernel', config['root_kernel']))
-  if family == 'mixer':
-    return (('family', _family(config)), ('patch size', tuple(config['patches']['size'])),
-            ('hidden size', config['hidden_dim']), ('depth', config['num_blocks']),
-            ('token-mixing MLP width', config['tokens_mlp_dim']),
-            ('channel-mixing MLP width', config['channels_mlp_dim']))
-  if family == 'swin':
-    return (('family', _family(config)), ('patch size', tuple(config['patches']['size'])),
-            ('embedding width', config['embed_dim']), ('blocks per stage', tuple(config['depths'])),
-            ('heads per stage', tuple(config['num_heads'])), ('window', config['window_size']),
-            ('MLP ratio', config['mlp_ratio']))
-  t = config['transformer']
-  fields = (('family', _family(config)),
-            ('patch size', tuple(config['patches']['size'])),
-            ('hidden size', config['hidden_size']), ('depth', t['num_layers']),
-            ('heads', t['num_heads']), ('MLP width', t['mlp_dim']),
-            ('class token', 'yes' if presets.num_prefix_tokens(config) else 'no'),
-            ('position embedding parameters', _posemb_params(config['posemb'])))
-  if family == 'hybrid':
-    resnet = config['resnet']
-    fields += (('ResNet units per stage', tuple(resnet['num_layers'])),
-               ('ResNet width factor', resnet['width_factor']))
-  return fields
+  return (('family', families.FAMILIES[family].title),) + reader_of(family).compared(config)
 
 
 def first_difference(found: Any, expected: Any, expected_name: str) -> Optional[str]:
@@ -237,131 +98,48 @@ def _matching_preset(fields: Mapping[str, Any]) -> Optional[str]:
 
 def _custom_name(fields: Mapping[str, Any]) -> str:
   """A descriptive name for shapes that match no preset, e.g. 'ViT-custom-128d-4L-4h-p7'."""
-  family = presets.family_of(fields)
-  if family == 'resnet':
-    sizes = '-'.join(map(str, fields['stage_sizes']))
-    return f'ResNet-custom-{sizes}-w{fields["width_factor"]:g}-root{fields["root_kernel"]}'
-  patch = fields['patches']['size'][0]
-  if family == 'swin':
-    return (f'Swin-custom-{fields["embed_dim"]}d-{"-".join(map(str, fields["depths"]))}-'
-            f'{"-".join(map(str, fields["num_heads"]))}h-p{patch}-w{fields["window_size"]}')
-  if family == 'mixer':
-    return f'Mixer-custom-{fields["hidden_dim"]}d-{fields["num_blocks"]}L-p{patch}'
-  t = fields['transformer']
-  root = ('R' + '-'.join(map(str, fields['resnet']['num_layers'])) + '+'
-          if family == 'hybrid' else '')
-  return (f'{root}ViT-custom-{fields["hidden_size"]}d-{t["num_layers"]}L-{t["num_heads"]}h-'
-          f'mlp{t["mlp_dim"]}-p{patch}')
+  return reader_of(presets.family_of(fields)).custom_name(fields)
 
 
-def _vit_config(fields: Dict[str, Any], name: Optional[str]) -> Tuple[Dict[str, Any], list]:
-  """Completes shape-decided ViT fields with the preset's (or official default) others."""
-  preset = full_vit_config(presets.MODEL_CONFIGS[name]) if name else None
-  source = f'from {name}' if name else 'official default'
-  config = full_vit_config(fields)
-  for key in ('dropout_rate', 'attention_dropout_rate'):
-    config['transformer'][key] = preset['transformer'][key] if preset else 0.
-  if preset:
-    config['classifier'] = preset['classifier']
-  alternative = {'token': 'token_unpooled', 'gap': 'unpooled', 'unpooled': 'gap',
-                 'token_unpooled': 'token'}[config['classifier']]
-  t = config['transformer']
-  assumed = [f'dropout_rate {t["dropout_rate"]}, attention_dropout_rate '
-             f'{t["attention_dropout_rate"]} ({source})',
-             f'classifier {config["classifier"]} (not {alternative}: same shapes)']
-  if config['posemb'] == 'sincos2d':
-    assumed.append('posemb sincos2d (not none: neither has parameters)')
-  return config, assumed
+def reader_of(family: str) -> ShapeReader:
+  """The shape reader a family's record (`families.FAMILIES`) names."""
+  return families.resolve(families.FAMILIES[family].shape_reader)
 
 
-def _swin_config(tree: Mapping[str, Any]) -> Dict[str, Any]:
-  """A Swin's shape-decided fields with the Swin extras' defaults."""
-  try:
-    fields = swin_timm.swin_fields(tree)
-  except (KeyError, ValueError) as e:
-    raise CheckpointError(f'an incomplete Swin checkpoint ({type(e).__name__}: {e}).') from None
-  return dict(presets.SWIN_EXTRAS, family='swin', **fields)
-
-
-def _read_mixer(tree: Mapping[str, Any]) -> Tuple[Dict[str, Any], Any, list]:
-  fields, grid = _mixer_fields(tree)
-  return fields, grid, []
-
-
-def _read_vit(tree: Mapping[str, Any]) -> Tuple[Dict[str, Any], Any, list]:
-  fields, grid = _vit_fields(tree)  # A ViT, or a hybrid when it has a ResNet root.
-  config, assumed = _vit_config(fields, _matching_preset(fields))
-  return config, grid, assumed
-
-
-def _read_resnet(tree: Mapping[str, Any]) -> Tuple[Dict[str, Any], Any, list]:
-  fields = _resnet_classifier_fields(tree)
-  config, assumed = _resnet_config(fields, _matching_preset(fields))
-  return config, None, assumed
-
-
-def _read_swin(tree: Mapping[str, Any]) -> Tuple[Dict[str, Any], Any, list]:
-  config = _swin_config(tree)
-  return config, None, [
-      f'trained at {presets.finetune_resolution(config)}px (the last stage one window, as the '
-      'published Swin weights)',
-      f'stochastic_depth {config["stochastic_depth"]} (timm\'s default; training only)']
-
-
-@dataclasses.dataclass(frozen=True)
-class ShapeReader:
-  """How one family's checkpoint is recognised and read from its shapes.
-
-  Attributes:
-    families: the families it reads (a ViT reader reads hybrids too).
-    marks: the parameters that mark it, in words (for the error naming what a file lacks).
-    claims: whether a shape tree is this family's.
-    read: shape tree → (model config with `family`, trained grid or None, assumed).
-  """
-
-  families: Tuple[str, ...]
-  marks: str
-  claims: Callable[[Mapping[str, Any]], bool]
-  read: Callable[[Mapping[str, Any]], Tuple[Dict[str, Any], Any, list]]
-
-
-# A new family adds its reader here (see docs/architecture.md, "Model families").
-SHAPE_READERS = (
-    ShapeReader(('mixer',), 'stem/ + MixerBlock_0/',
-                lambda t: 'stem' in t and 'MixerBlock_0' in t, _read_mixer),
-    ShapeReader(('vit', 'hybrid'), 'embedding/ + Transformer/encoderblock_0/',
-                lambda t: 'embedding' in t and 'encoderblock_0' in t.get('Transformer', {}),
-                _read_vit),
-    ShapeReader(('resnet',), 'conv_root/ without embedding/',
-                lambda t: 'conv_root' in t and 'embedding' not in t, _read_resnet),
-    ShapeReader(('swin',), 'patch_embed/ + layers_0_blocks_0/',
-                lambda t: 'patch_embed' in t and 'layers_0_blocks_0' in t, _read_swin),
-)
+def shape_readers() -> Tuple[ShapeReader, ...]:
+  """Every family's reader, each once, in the records' order."""
+  readers = []
+  for family in families.FAMILIES:
+    reader = reader_of(family)
+    if reader not in readers:
+      readers.append(reader)
+  return tuple(readers)
 
 
 def architecture(params: Mapping[str, Any]) -> Architecture:
   """The model a published-format checkpoint holds, read from its shapes alone.
 
   Accepts the flat dict of an .npz (pre-Linen or Linen names, (1, 1, 1, C) GroupNorm) or a Linen
-  param tree (arrays or anything with `.shape`). Decides ViT/hybrid/Mixer, patch, widths,
-  depth, heads, classes, pre_logits, class token, position-embedding kind and trained grid;
-  `model_name` is the official preset whose decidable fields all match (its dropout rates are
-  then used), else a descriptive custom name. What stays open is listed in `assumed`.
+  param tree (arrays or anything with `.shape`). The reader of the family whose marks it has
+  (`shape_readers`) decides patch, widths, depth, heads, classes, pre_logits, class token,
+  position-embedding kind and trained grid; `model_name` is the official preset whose decidable
+  fields all match (its dropout rates are then used), else a descriptive custom name. What
+  stays open is listed in `assumed`.
   """
   tree = _shape_tree(params)
   num_classes = int(tree['head']['bias'][0]) if 'head' in tree else 0
-  reader = next((r for r in SHAPE_READERS if r.claims(tree)), None)
+  readers = shape_readers()
+  reader = next((r for r in readers if r.claims(tree)), None)
   if reader is None:
-    raise CheckpointError('not a ViT, hybrid, Mixer, ResNet or Swin checkpoint: it has none of '
-                          + ', '.join(r.marks for r in SHAPE_READERS) + '.')
-  config, grid, assumed = reader.read(tree)
+    *others, last = [f.title for f in families.FAMILIES.values()]
+    names = f'{", ".join(others)} or {last}' if others else last
+    raise CheckpointError(f'not a {names} checkpoint: it has none of '
+                          + ', '.join(r.marks for r in readers) + '.')
+  config, grid, assumed = reader.read(tree, _matching_preset)
   config['model_name'] = _matching_preset(config) or _custom_name(config)
-  stride = presets.token_stride(config)
-  image_size = grid[0] * stride if grid and grid[0] == grid[1] else None
-  if presets.family_of(config) == 'swin':
-    image_size = presets.finetune_resolution(config)
   return Architecture(config=ml_collections.ConfigDict(config), num_classes=num_classes,
-                      grid=grid, image_size=image_size, assumed=tuple(assumed))
+                      grid=grid, image_size=reader.image_size(config, grid),
+                      assumed=tuple(assumed))
 
 
 def preset_family(model: Mapping[str, Any]) -> Optional[str]:
@@ -398,4 +176,3 @@ def conform(arch: Architecture, declared: Any, declared_name: str) -> Architectu
       config['posemb'] = found['posemb']
   config['model_name'] = config.get('model_name') or arch.config.model_name
   return dataclasses.replace(arch, config=ml_collections.ConfigDict(config), assumed=())
-

@@ -27,23 +27,23 @@ from vit_jax.checkpoints import metadata as metadata_lib
 from vit_jax.checkpoints import npz_format
 from vit_jax.checkpoints import store
 from vit_jax.checkpoints import surgery
-from vit_jax.checkpoints import timm_files
 from vit_jax.checkpoints import timm_format
 from vit_jax.checkpoints.architecture import Architecture
 from vit_jax.checkpoints.npz_format import CheckpointError, Params
 
 
-def read_arrays(path: str, cache_dir: Optional[str] = None
+def read_arrays(location: store.Location, cache_dir: Optional[str] = None
                 ) -> Tuple[Params, Optional[Architecture]]:
-  """(Linen params, a timm file's Architecture or None) of a resolved checkpoint path.
+  """(Linen params, a timm file's Architecture or None) of a located checkpoint.
 
-  The one place that asks "timm file or npz?": a timm file is read and converted (its
-  description comes from its config.json and shapes); an npz (local, cached or downloaded into
-  `cache_dir`) is only read, and described by `open_source`.
+  Reads by the format `store.locate` found: a timm file is read and converted (its description
+  comes from its config.json and shapes); an npz (local, cached or downloaded into `cache_dir`)
+  is only read, and described by `open_source`.
   """
-  if not timm_files.is_timm_source(path):
-    return npz_format.params_from_flat(npz_format.read_npz(store.resolve(path, cache_dir))), None
-  converted = timm_format.load_as_checkpoint(path)
+  if not location.timm:
+    flat = npz_format.read_npz(store.resolve(location.path, cache_dir))
+    return npz_format.params_from_flat(flat), None
+  converted = timm_format.load_as_checkpoint(location.path)
   arch = Architecture(config=ml_collections.ConfigDict(converted.model_config),
                       num_classes=converted.num_classes, grid=None,
                       image_size=converted.image_size, assumed=converted.assumed,
@@ -57,7 +57,7 @@ class Source:
 
   Attributes:
     name: the source as given (a published name, path, URL, hub folder or hf-hub: name).
-    path: where it resolved to (`store.resolve_name`).
+    path: where it resolved to (`store.locate`).
     params: the Linen param tree (numpy), not yet fitted to any model.
     description: what the file is (family and every architecture field in `config`, classes,
       trained grid and image size, mean/std, class names, `assumed`), from its shapes completed
@@ -72,25 +72,27 @@ class Source:
   declared: Optional[Mapping[str, Any]] = None
 
 
-def _check_exists(name: str, path: str) -> None:
-  if not (store.is_remote(path) or timm_files.is_timm_source(path)) and not os.path.isfile(path):
+def _check_exists(name: str, location: store.Location) -> None:
+  path = location.path
+  if not (store.is_remote(path) or location.timm) and not os.path.isfile(path):
     raise CheckpointError(
         f'Could not find checkpoint "{name}"; pass an .npz file, a run directory, a gs:// or '
         'https:// address, a published name such as ViT-B_16, or a timm hub folder, '
         '.safetensors file or hf-hub:timm/<name>.')
 
 
-def open_source(name: str, model: Optional[str] = None,
-                cache_dir: Optional[str] = None) -> Source:
+def open_source(name: str, model: Optional[str] = None, cache_dir: Optional[str] = None,
+                location: Optional[store.Location] = None) -> Source:
   """Resolves, reads and describes a checkpoint source, once.
 
   Args:
     name: local .npz, run directory, gs:// or https:// address, a published name
       ('ViT-B_16', 'augreg/<file stem>'), or a timm-format hub folder, .safetensors file or
-      hf-hub:timm/<name>; see `store.resolve_name`.
+      hf-hub:timm/<name>; see `store.locate`.
     model: optional check: a preset name or a `.py` file (see `model_config`) that must agree
       with the file; it also settles what shapes cannot (dropout, token vs token_unpooled).
     cache_dir: where remote files are cached (default: `store`'s).
+    location: `store.locate(name)` when the caller located it already.
 
   Raises:
     ValueError: unknown model name, or a `--model` that contradicts the file (one line).
@@ -98,9 +100,10 @@ def open_source(name: str, model: Optional[str] = None,
   """
   if model and not model.endswith('.py'):
     models.get_config(model)  # An unknown name fails before any download.
-  path = store.resolve_name(name)
-  _check_exists(name, path)
-  params, arch = read_arrays(path, cache_dir)
+  location = location or store.locate(name)
+  path = location.path
+  _check_exists(name, location)
+  params, arch = read_arrays(location, cache_dir)
   metadata = None
   if arch is None:  # An npz: its shapes, completed by its description.
     arch, metadata = architecture.architecture(params), metadata_lib.read_metadata(path)

@@ -3,11 +3,12 @@
 A checkpoint is named by a local .npz, a run directory (its `params.npz`), a gs:// or https://
 address (downloaded once into the cache, `checkpoints/` beside the package or
 `$VIT_JAX_CHECKPOINTS`), a published name ('ViT-B_16', 'augreg/<file stem>'; the folders are
-`presets.PUBLISHED_DIRS`) or a timm-format source (`timm_files.is_timm_source`). The AugReg
+`presets.PUBLISHED_DIRS`) or a timm-format source; `locate` says which, once. The AugReg
 folder's index.csv picks the best file of a model, as the official code does.
 """
 
 import csv
+import dataclasses
 import http.client
 import os
 import sys
@@ -98,15 +99,41 @@ def resolve(path: str, cache_dir: Optional[str] = None) -> str:
   return path
 
 
-def resolve_name(path_or_name: str) -> str:
-  """The .npz path or URL that `path_or_name` stands for (nothing is downloaded yet).
+@dataclasses.dataclass(frozen=True)
+class Location:
+  """Where a checkpoint source resolved to, and in which format: asked once (`locate`).
+
+  Attributes:
+    path: the .npz path or URL, or the timm source itself (hub folder, .safetensors, hf-hub:).
+    timm: True for a timm-format source (converted on reading), False for an npz.
+  """
+
+  path: str
+  timm: bool
+
+
+def locate(path_or_name: str) -> Location:
+  """The one place that asks "timm file or npz?": the source's path and format, resolved.
 
   Accepts a local .npz, a run directory (its `params.npz`), a gs:// or https:// URL, or a
   published name: 'ViT-B_16' (from `presets.DEFAULT_NAMED_COLLECTION`), '<collection>/<file stem>'
   with a collection of `presets.PUBLISHED_DIRS` ('imagenet21k/ViT-L_16', 'augreg/S_16-i21k-...').
   timm-format sources (hub folder, `.safetensors` file, `hf-hub:` name) stand for themselves.
+  Nothing is downloaded yet; the answer is carried (`check_available`, `loading.read_arrays`).
   """
-  if is_remote(path_or_name) or timm_files.is_timm_source(path_or_name):
+  if timm_files.is_timm_source(path_or_name):
+    return Location(path_or_name, timm=True)
+  return Location(_npz_path(path_or_name), timm=False)
+
+
+def resolve_name(path_or_name: str) -> str:
+  """The .npz path or URL that `path_or_name` stands for (`locate(...).path`)."""
+  return locate(path_or_name).path
+
+
+def _npz_path(path_or_name: str) -> str:
+  """The .npz path or URL a name that is not a timm source stands for (see `locate`)."""
+  if is_remote(path_or_name):
     return path_or_name
   pickled = timm_files.pickled_weights(path_or_name)
   if pickled and not os.path.isfile(os.path.join(path_or_name, PARAMS_FILE)):
@@ -126,7 +153,13 @@ def resolve_name(path_or_name: str) -> str:
 
 
 def pretrained_path(config: Any) -> Optional[str]:
-  """The .npz a fine-tuning run starts from, or None to train from scratch.
+  """The path of `pretrained_location` (what a fine-tuning run starts from), or None."""
+  location = pretrained_location(config)
+  return None if location is None else location.path
+
+
+def pretrained_location(config: Any) -> Optional[Location]:
+  """The checkpoint a fine-tuning run starts from, or None to train from scratch.
 
   `config.pretrained_path` (file, run directory, URL or published name) wins; else
   `config.pretrained_dir`/<name>.npz with the name `config.model_or_filename` (an AugReg model
@@ -134,23 +167,25 @@ def pretrained_path(config: Any) -> Optional[str]:
   model's `model_name`.
   """
   if config.pretrained_path:
-    return resolve_name(config.pretrained_path)
+    return locate(config.pretrained_path)
   directory = config.pretrained_dir
   if not directory:
     return None
   name = config.model_or_filename or config.model.model_name
   if config.model_or_filename and '-' not in name:
     name = best_augreg_filename(name, directory)
-  return f'{directory.rstrip("/")}/{name}.npz'
+  return Location(f'{directory.rstrip("/")}/{name}.npz', timm=False)
 
 
-def check_available(path: str, cache_dir: Optional[str] = None) -> Optional[str]:
-  """None if `path` can be loaded (local, cached, or reachable remote), else why not.
+def check_available(location: Location, cache_dir: Optional[str] = None) -> Optional[str]:
+  """None if the located checkpoint can be loaded (local, cached, or reachable remote), else
+  why not.
 
   A cheap pre-flight (a HEAD request for remote files) so a run can report every missing input
   at once before spending time on data or compilation.
   """
-  if timm_files.is_timm_source(path):
+  path = location.path
+  if location.timm:
     # Hub names are fetched (or found offline in huggingface_hub's cache) when loading.
     return None if path.startswith(timm_files.HF_PREFIX) or os.path.exists(path) else (
         f'timm checkpoint "{path}" not found: pass a hub folder (config.json + '

@@ -9,14 +9,12 @@ import math
 import os
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
+from vit_jax import families
 from vit_jax import presets
 from vit_jax.checkpoints import npz_format
 from vit_jax.checkpoints import timm_architectures
 from vit_jax.checkpoints import timm_vit
 from vit_jax.checkpoints.timm_files import CONFIG_FILE, WEIGHTS_FILE, TimmFormatError
-
-
-_FAMILY_NAMES = {'mixer': 'MLP-Mixer', 'swin': 'Swin Transformer', 'resnet': 'plain ResNet'}
 
 
 def _timm_pool(classifier: str) -> Tuple[bool, str]:
@@ -70,7 +68,8 @@ def timm_model_args(model_config: Mapping[str, Any], num_classes: int,
   c = model_config
   family = presets.family_of(c)
   if family in ('mixer', 'swin', 'resnet'):  # timm has them, but this writer knows its ViT only.
-    raise TimmFormatError(f'timm\'s ViT cannot represent this model (a {_FAMILY_NAMES[family]}); '
+    title = families.FAMILIES[family].title
+    raise TimmFormatError(f'timm\'s ViT cannot represent this model (a {title}); '
                           'export_timm writes ViTs only.')
   problem = ('a ResNet stem' if family == 'hybrid' else
              'pre_logits' if c.get('representation_size') is not None else

@@ -11,7 +11,6 @@ import types
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
-import tensorflow_datasets as tfds
 from absl import logging
 
 _RECORDS_PER_READ = 256  # Records fetched together for a sequential (eval) pass.
@@ -80,6 +79,7 @@ def absolute_ranges(spec: str, sizes: Dict[str, int]) -> List[Range]:
   Raises:
     ValueError, AssertionError: a malformed spec or a split not in `sizes` (TFDS's errors).
   """
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top  # Only its parser.
   counts = {name: types.SimpleNamespace(num_examples=size) for name, size in sizes.items()}
   return [(r.splitname, r.from_ or 0, sizes[r.splitname] if r.to is None else r.to)
           for r in tfds.core.ReadInstruction.from_spec(spec).to_absolute(counts)]

@@ -14,7 +14,6 @@ from typing import Any, Callable, Dict, Iterator
 import jax
 import numpy as np
 import tensorflow as tf
-import tensorflow_datasets as tfds
 
 from vit_jax import config_lib
 from vit_jax.data import image_ops
@@ -134,7 +133,7 @@ def numpy_batches(ds: tf.data.Dataset) -> Iterator[Batch]:
   at interpreter exit: destroyed then, its worker threads wait for Python calls that can no
   longer run (a `numpy_function` needs the interpreter) and the process never exits.
   """
-  iterator, message = iter(tfds.as_numpy(ds)), ''
+  iterator, message = ds.as_numpy_iterator(), ''
   while not message:
     try:
       batch = next(iterator)

@@ -25,15 +25,17 @@ ResNet models are refused in one line (XLA's count: the `--xla` number of anothe
 analytic).
 """
 
+import dataclasses
 import math
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from absl import flags
 
 import ml_collections
 
 from vit_jax.tools import cli
+from vit_jax import families
 from vit_jax import models
 from vit_jax import position_embeddings
 from vit_jax import presets
@@ -96,22 +98,34 @@ def resnet_flops(resnet: Any, image_hw: Tuple[int, int]) -> Tuple[int, Tuple[int
 
 def count_flops(model_config: Any, image_size: int, num_classes: int = 1000) -> Dict[str, int]:
   """Forward FLOPs per image by part (keys from `PARTS`, 'resnet' only for hybrids,
-  'relative_position' only for posemb='relative') + 'total'.
+  'relative_position' only for posemb='relative') + 'total', by the counter its family's record
+  (`families.FAMILIES`) names.
 
   Args:
-    model_config: a ViT/hybrid preset ConfigDict (or dict with the same fields).
+    model_config: a model ConfigDict (or dict with the same fields) of a counted family.
     image_size: square input side in pixels.
     num_classes: head outputs; 0 for none.
+
+  Raises:
+    ValueError: a family no analytic counter counts (its record names none), in one line.
   """
-  family = presets.family_of(model_config)
-  if family in ('mixer', 'resnet'):
-    kind = 'an MLP-Mixer' if family == 'mixer' else 'a plain ResNet'
-    raise ValueError(f'flops counts ViT, hybrid and Swin models; {model_config.get("model_name")} '
-                     f'is {kind}, which it does not count.')
-  if family == 'swin':
-    return swin_flops(model_config, image_size, num_classes)
+  return counter_of(model_config).count(model_config, image_size, num_classes)
+
+
+def counter_of(model_config: Any) -> 'FlopsCounter':
+  """The FLOPs counter of the model's family, or one line saying there is none."""
+  family = families.FAMILIES[presets.family_of(model_config)]
+  if family.flops is None:
+    counted = ', '.join(f.title for f in families.FAMILIES.values() if f.flops)
+    raise ValueError(f'flops counts {counted} models; {model_config.get("model_name")} is a '
+                     f'{family.title} model, which it does not count.')
+  return families.resolve(family.flops)
+
+
+def vit_flops(model_config: Any, image_size: int, num_classes: int = 1000) -> Dict[str, int]:
+  """`count_flops` of a ViT or a hybrid (`models_vit`; a hybrid's ResNet root as 'resnet')."""
   hw, channels, out = (image_size, image_size), 3, {}
-  if family == 'hybrid':
+  if presets.family_of(model_config) == 'hybrid':
     out['resnet'], hw, channels = resnet_flops(model_config['resnet'], hw)
   ph, pw = model_config['patches']['size']
   grid = (hw[0] // ph, hw[1] // pw)
@@ -166,22 +180,57 @@ def swin_flops(model_config: Any, image_size: int, num_classes: int = 1000) -> D
   return out
 
 
+def _vit_doubled(config: Any, change: str) -> None:
+  if change == 'hidden size':
+    config.hidden_size *= 2
+    config.transformer.mlp_dim *= 2  # Keep the MLP ratio (4× in every preset).
+  elif change == 'depth':
+    config.transformer.num_layers *= 2
+
+
+def _swin_doubled(config: Any, change: str) -> None:
+  if change == 'hidden size':
+    config.embed_dim *= 2
+  elif change == 'depth':
+    config.depths = tuple(2 * d for d in config.depths)
+
+
+def _patch_tokens(config: Any, side: int) -> int:
+  """Tokens of a Swin's first stage (its attention runs there, in windows)."""
+  return (side // config.patches.size[0]) * (side // config.patches.size[1])
+
+
+def _vit_tokens(config: Any, side: int) -> int:
+  rows, cols = models.token_grid(config, (side, side))
+  return rows * cols
+
+
+@dataclasses.dataclass(frozen=True)
+class FlopsCounter:
+  """How `flops` counts one family (a family's record names its counter).
+
+  Attributes:
+    count: (model config, image side, classes) → FLOPs by part + 'total'.
+    doubled: (unlocked model config copy, 'hidden size' or 'depth') → doubles it in place.
+    tokens: (model config, image side) → the tokens the `--sizes` table shows.
+  """
+
+  count: Callable[[Any, int, int], Dict[str, int]]
+  doubled: Callable[[Any, str], None]
+  tokens: Callable[[Any, int], int]
+
+
+VIT_FLOPS = FlopsCounter(vit_flops, _vit_doubled, _vit_tokens)
+SWIN_FLOPS = FlopsCounter(swin_flops, _swin_doubled, _patch_tokens)
+
+
 def _variant(model_config: Any, change: str) -> Tuple[Any, int]:
   """A copy of the config with one dimension doubled, and the image-size multiplier."""
   config = ml_collections.ConfigDict(model_config.to_dict())  # An unlocked copy.
-  swin = presets.family_of(config) == 'swin'
-  if swin:
-    if change == 'hidden size':
-      config.embed_dim *= 2
-    elif change == 'depth':
-      config.depths = tuple(2 * d for d in config.depths)
-  elif change == 'hidden size':
-    config.hidden_size *= 2
-    config.transformer.mlp_dim *= 2  # Keep the MLP ratio (4× in every preset).
-  if change == 'patch size':
+  if change in ('hidden size', 'depth'):
+    counter_of(config).doubled(config, change)
+  elif change == 'patch size':
     config.patches.size = tuple(2 * p for p in config.patches.size)
-  elif change == 'depth' and not swin:
-    config.transformer.num_layers *= 2
   return config, 2 if change == 'image side' else 1
 
 
@@ -255,10 +304,9 @@ def size_table(configs: Sequence[Any], sizes: Sequence[int], num_classes: int = 
     name, previous = config.get('model_name') or 'model', None
     for side in sizes:
       flops = count_flops(config, side, num_classes)
-      grid = models.token_grid(config, (side, side)) if presets.family_of(config) != 'swin' else (
-          side // config.patches.size[0], side // config.patches.size[1])
+      tokens = counter_of(config).tokens(config, side)
       growth = f'{flops["attention"] / previous:7.2f}' if previous else f'{"":7s}'
-      lines.append(f'{name:14s} {side:5d} {grid[0] * grid[1]:7d} '
+      lines.append(f'{name:14s} {side:5d} {tokens:7d} '
                    f'{flops["attention"] / 1e9:16.3f} {growth} {flops["total"] / 1e9:12.3f} '
                    f'{flops["attention"] / flops["total"]:16.1%}')
       previous = flops['attention']

@@ -6,11 +6,8 @@ the weights' mean/std in the config: `train_and_evaluate` opens the source once
 fits the same arrays to the model.
 """
 
-import json
-import os
 from typing import Optional
 
-import jax
 import ml_collections
 from absl import logging
 
@@ -31,9 +28,9 @@ class PretrainedSource:
     self._source: Optional[loading.Source] = None
 
   def open(self, name: str) -> loading.Source:
-    path = store.resolve_name(name)
-    if self._source is None or self._source.path != path:
-      self._source = loading.open_source(name)
+    location = store.locate(name)
+    if self._source is None or self._source.path != location.path:
+      self._source = loading.open_source(name, location=location)
     return self._source
 
 
@@ -61,36 +58,26 @@ def with_checkpoint_model(config: ml_collections.ConfigDict,
   return config.lock()
 
 
-NORMALIZATION_FILE = 'input_normalization.json'
-
-
-def with_checkpoint_normalization(config: ml_collections.ConfigDict, workdir: str,
+def with_checkpoint_normalization(config: ml_collections.ConfigDict,
                                   pretrained: Optional[PretrainedSource] = None
                                   ) -> ml_collections.ConfigDict:
   """`config` with `pp.mean`/`pp.std` of the weights `config.pretrained_path` holds.
 
   Only when the config leaves them at the official default and the weights expect others
   (CLIP's, DINOv2's or Swin's ImageNet values in a timm config.json, or a run fine-tuned with
-  them): then training, eval and the exported metadata all use the weights' values. A run that
-  recorded its choice (`record_normalization`, in `workdir`) reads it back, so a resumed run's
-  inputs never change midway, even when the pretrained file is gone by then. Writes nothing.
+  them): then training, eval and the exported metadata all use the weights' values. A new run
+  records the choice in its run record (`run_record.write`, run.json's `input`), which a resume
+  reads back (`run_record.with_recorded_contributions`) instead of calling this, so a resumed
+  run's inputs never change midway. Writes nothing.
   """
   pp = config.pp
-  if not image_ops.is_official_normalization(pp.mean, pp.std):
+  if not image_ops.is_official_normalization(pp.mean, pp.std) or not config.pretrained_path:
     return config
-  recorded = os.path.join(workdir, NORMALIZATION_FILE)
-  if os.path.isfile(recorded):
-    with open(recorded, encoding='utf-8') as f:
-      saved = json.load(f)
-    mean, std = tuple(saved['mean']), tuple(saved['std'])
-  elif config.pretrained_path:
-    path = store.resolve_name(config.pretrained_path)
-    if store.is_remote(path) or store.check_available(path):
-      return config  # A published npz (official inputs), or missing: preflight says so.
-    described = (pretrained or PretrainedSource()).open(config.pretrained_path).description
-    mean, std = described.mean, described.std
-  else:
-    return config
+  location = store.locate(config.pretrained_path)
+  if store.is_remote(location.path) or store.check_available(location):
+    return config  # A published npz (official inputs), or missing: preflight says so.
+  described = (pretrained or PretrainedSource()).open(config.pretrained_path).description
+  mean, std = described.mean, described.std
   if image_ops.is_official_normalization(mean, std):
     return config
   logging.info('Input normalisation of %s: (x / 255 - mean) / std with mean %s, std %s (not '
@@ -99,17 +86,3 @@ def with_checkpoint_normalization(config: ml_collections.ConfigDict, workdir: st
   config = ml_collections.ConfigDict(config.to_dict())
   config.pp.mean, config.pp.std = tuple(mean), tuple(std)
   return config.lock()
-
-
-def record_normalization(config: ml_collections.ConfigDict, workdir: str) -> None:
-  """Writes `workdir/input_normalization.json` (process 0, first start only) when the run
-  fine-tunes with other inputs than x / 127.5 - 1, so that a resume reads the same back
-  (`with_checkpoint_normalization`)."""
-  recorded = os.path.join(workdir, NORMALIZATION_FILE)
-  pp = config.pp
-  if (image_ops.is_official_normalization(pp.mean, pp.std) or not config.pretrained_path
-      or jax.process_index() != 0 or os.path.isfile(recorded)):
-    return
-  os.makedirs(workdir, exist_ok=True)
-  with open(recorded, 'w', encoding='utf-8') as f:
-    json.dump({'mean': list(pp.mean), 'std': list(pp.std), 'from': config.pretrained_path}, f)

@@ -175,12 +175,13 @@ def with_recorded_contributions(config: ml_collections.ConfigDict, record: Dict[
   return config.lock()
 
 
-def _pretrained_resolution(path: str) -> Optional[int]:
+def _pretrained_resolution(location: store.Location) -> Optional[int]:
   """The input side the pretrained weights were trained at, where their files say it."""
+  path = location.path
   if store.is_remote(path) or not os.path.exists(path):
     return None
   try:
-    if timm_files.is_timm_source(path):
+    if location.timm:
       timm_config = timm_files.read_config(timm_files.local_files(path)[1]) or {}
       size = (timm_config.get('pretrained_cfg') or {}).get('input_size')
       return int(size[-1]) if size else None
@@ -192,16 +193,16 @@ def _pretrained_resolution(path: str) -> Optional[int]:
 
 def _pretrained(user: Any, config: Any) -> Optional[Dict[str, Any]]:
   """Where the pretrained weights came from and what they contributed to the run."""
-  path = store.pretrained_path(config)
-  if not path:
+  location = store.pretrained_location(config)
+  if not location:
     return None
   contributed = ['weights']
   if user.model is None:
     contributed.append('model')
   if tuple(user.pp.mean) != tuple(config.pp.mean) or tuple(user.pp.std) != tuple(config.pp.std):
     contributed.append('mean/std')
-  return {'source': path, 'contributed': contributed,
-          'resolution': _pretrained_resolution(path)}
+  return {'source': location.path, 'contributed': contributed,
+          'resolution': _pretrained_resolution(location)}
 
 
 def _now() -> str:

@@ -21,6 +21,7 @@ from vit_jax import models
 from vit_jax.checkpoints import loading
 from vit_jax.checkpoints import store
 from vit_jax.data import image_ops
+from vit_jax import families
 from vit_jax import presets
 from vit_jax.training import distill
 from vit_jax.training import from_checkpoint
@@ -56,8 +57,7 @@ def validate_config(config: Any, mesh: Mesh) -> None:
     raise ValueError(f'ema_decay={config.ema_decay} must be in [0, 1) (0 turns the weight '
                      'average off; 0.999 averages over ~1000 steps).')
   # Patch sizes that must divide the input (a hybrid's ResNet and a ResNet pad any size).
-  family = presets.family_of(config.model)
-  patch = config.model.patches.size[0] if family in ('vit', 'mixer', 'swin') else 1
+  patch = families.FAMILIES[presets.family_of(config.model)].input_multiple(config.model)
   if config.pp.crop % patch:
     up = -(-config.pp.crop // patch) * patch
     raise ValueError(
@@ -88,9 +88,14 @@ def preflight(config: Any, *, needs_pretrained: bool) -> Any:
     raise  # Not a missing input: its own line.
   except ValueError as e:
     problems.append(str(e).strip().rstrip('.'))
-  pretrained = store.pretrained_path(config) if needs_pretrained else None
-  for path in filter(None, (pretrained, config.distill.teacher_path)):
-    problem = store.check_available(path)
+  locations = [store.pretrained_location(config) if needs_pretrained else None]
+  if config.distill.teacher_path:
+    try:
+      locations.append(store.locate(config.distill.teacher_path))
+    except store.CheckpointError as e:
+      problems.append(str(e).strip().rstrip('.'))
+  for location in filter(None, locations):
+    problem = store.check_available(location)
     if problem:
       problems.append(problem)
   if problems:
