@@ -6,6 +6,11 @@ Commands (2 CPU cores, about an hour each):
   python -m vit_jax.main --config=configs/fashion_mnist_ssl.py:mpp --workdir=runs/fmnist_mpp
 Fine-tuning on a slice of the labels reuses stage 1 (its own sub-workdir resumes):
   --config.finetune.pp.train='train[:1%]' --config.finetune.num_epochs=50
+Stage 1 alone (`:mae,stage1`; --config.num_epochs shortens it), then the small-data study's
+fine-tuning runs from its export (docs/self_supervised.md, Results):
+  python -m vit_jax.main --config=configs/fashion_mnist_ssl.py:mae,stage1 --workdir=runs/mae1
+  python -m vit_jax.main --config=configs/study_fashion_mnist.py:model=vit4,pct=1 \
+    --config.pretrained_path=runs/mae1 --workdir=runs/mae1_ft_p1
 Stage 1 (runs/fmnist_mae/pretrain) trains a 0.8M-parameter ViT (patch 4: 7x7 tokens at 28px,
 width 128, 4 blocks) for 30 epochs with the method's loss: MAE hides 75% of the patches from
 the encoder and a 2-block width-64 decoder reconstructs their normalised pixels (AdamW, lr
@@ -45,10 +50,13 @@ PRETRAIN = {
 
 
 def get_config(arg: str = 'mae'):
-  """`:runlocal` shrinks both stages for a smoke test (config_lib.shrink)."""
+  """`:METHOD,stage1` is stage 1 alone (the study's fine-tunes start from its export);
+  `:runlocal` shrinks both stages for a smoke test (config_lib.shrink)."""
   parts, runlocal = config_lib.parse_arg(arg)
+  stage1 = 'stage1' in parts
+  parts = tuple(p for p in parts if p != 'stage1')
   if len(parts) != 1 or parts[0] not in PRETRAIN:
-    raise ValueError(f'Use configs/fashion_mnist_ssl.py:mae or :mpp, got {arg!r}')
+    raise ValueError(f'Use configs/fashion_mnist_ssl.py:mae or :mpp (,stage1), got {arg!r}')
   method = parts[0]
   config = ml_collections.ConfigDict()
   config.trainer = 'pretrain_then_finetune'  # Runs config.pretrain, then config.finetune.
@@ -56,6 +64,8 @@ def get_config(arg: str = 'mae'):
   config.pretrain = stage(trainer=method, num_epochs=30., warmup_steps=470, eval_every=2345,
                           **PRETRAIN[method])
   config.pretrain.pp.train_aug = 'pad_flip'
+  if stage1:
+    return config_lib.finish(config.pretrain, runlocal)
   # Stage 2: from stage 1's encoder (pretrained_path is set by the trainer), a new head.
   config.finetune = stage(num_epochs=10., base_lr=1e-3, weight_decay=0.05, warmup_steps=235,
                           eval_every=1175)
