@@ -8,7 +8,7 @@ encoder sees every token, so it is slower per step; docs/self_supervised.md):
   python -m vit_jax.main --config=configs/fashion_mnist_ssl.py:mpp --workdir=runs/fmnist_mpp
 Fine-tuning on a slice of the labels reuses stage 1 (its own sub-workdir resumes):
   --config.finetune.pp.train='train[:1%]' --config.finetune.num_epochs=50
-Stage 1 alone (`:mae,stage1`; --config.num_epochs shortens it), then the small-data study's
+Stage 1 alone (`:mae,stage1`; its num_epochs field shortens it), then the small-data study's
 fine-tuning runs from its export (docs/self_supervised.md, Results):
   python -m vit_jax.main --config=configs/fashion_mnist_ssl.py:mae,stage1 --workdir=runs/mae1
   python -m vit_jax.main --config=configs/study_fashion_mnist.py:model=vit4,pct=1 \
