@@ -8,11 +8,10 @@ encoder sees every token, so it is slower per step; docs/self_supervised.md):
   python -m vit_jax.main --config=configs/fashion_mnist_ssl.py:mpp --workdir=runs/fmnist_mpp
 Fine-tuning on a slice of the labels reuses stage 1 (its own sub-workdir resumes):
   --config.finetune.pp.train='train[:1%]' --config.finetune.num_epochs=50
-Stage 1 alone (`:mae,stage1`; its num_epochs field shortens it), then the small-data study's
-fine-tuning runs from its export (docs/self_supervised.md, Results):
+Stage 1 alone (`:mae,stage1`; its num_epochs field shortens it), whose export the small-data
+study's runs fine-tune (configs/study_fashion_mnist.py:model=vit4 with its pretrained_path;
+docs/self_supervised.md, Results, has the commands):
   python -m vit_jax.main --config=configs/fashion_mnist_ssl.py:mae,stage1 --workdir=runs/mae1
-  python -m vit_jax.main --config=configs/study_fashion_mnist.py:model=vit4,pct=1 \
-    --config.pretrained_path=runs/mae1 --workdir=runs/mae1_ft_p1
 Stage 1 (runs/fmnist_mae/pretrain) trains a 0.8M-parameter ViT (patch 4: 7x7 tokens at 28px,
 width 128, 4 blocks) for 30 epochs with the method's loss: MAE hides 75% of the patches from
 the encoder and a 2-block width-64 decoder reconstructs their normalised pixels (AdamW, lr
