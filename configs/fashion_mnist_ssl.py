@@ -3,7 +3,8 @@ fine-tuning with labels: `--config=configs/fashion_mnist_ssl.py:METHOD` (mae or 
 
 Commands (2 CPU cores; stage 1 alone, extrapolated from a 4-epoch MAE run of 937 steps at 186
 images/s, 2026-11-26, 2 shared vCPUs: about 3.3 h for MAE's 30 epochs, not timed; MPP's
-encoder sees every token, so it is slower per step; docs/self_supervised.md):
+encoder sees every token: a 1-epoch MPP run at 81 images/s extrapolates to about 7.6 h for 30
+epochs; docs/self_supervised.md):
   python -m vit_jax.main --config=configs/fashion_mnist_ssl.py:mae --workdir=runs/fmnist_mae
   python -m vit_jax.main --config=configs/fashion_mnist_ssl.py:mpp --workdir=runs/fmnist_mpp
 Fine-tuning on a slice of the labels reuses stage 1 (its own sub-workdir resumes):
