@@ -13,6 +13,8 @@ import json
 import os
 from typing import Any, Dict, Optional
 
+import glob
+
 from absl import app
 from absl import flags
 
@@ -57,6 +59,15 @@ def finetune_cell(results: str, start: str, pct: str, study: Dict[str, Any]) -> 
   return 'not run'
 
 
+def pretraining_record(results: str, start: str) -> Optional[Dict[str, Any]]:
+  """measure.py's stage-1 run of 'mae' or 'mpp' (named METHOD_eEPOCHS there), if any."""
+  paths = sorted(glob.glob(os.path.join(results, f'{start}_e*.json')))
+  if start not in ('mae', 'mpp') or not paths:
+    return None
+  with open(paths[-1]) as f:
+    return json.load(f)
+
+
 def fewshot_cell(results: str, name: str) -> str:
   record = load(results, name)
   if not record:
@@ -73,6 +84,9 @@ def table(results: str, study_path: str) -> str:
   lines = ['| start of fine-tuning | 1% labels (600 images) | 5% (3,000) | 100% (54,000) | '
            'few-shot linear, 1/5/10/25 shots |', '| --- | --- | --- | --- | --- |']
   for label, start, fewshot_name in STARTS:
+    pretraining = pretraining_record(results, start)
+    if pretraining:
+      label += f" ({pretraining['final']['step']} pretraining steps of batch 256)"
     cells = [finetune_cell(results, start, pct, study) for pct in PCTS]
     lines.append(f"| {label} | {' | '.join(cells)} | {fewshot_cell(results, fewshot_name)} |")
   return '\n'.join(lines)
