@@ -1,0 +1,101 @@
+r"""The results table of docs/self_supervised.md, from the measurement's results files.
+
+  python -m research.self_supervised.report --results=docs/self_supervised/results
+
+Prints markdown: test accuracy after fine-tuning on 1%, 5% and 100% of the labels (the
+small-data study's slices, seed 0) from each start, and the few-shot linear accuracy of each
+encoder. A cell without a results file reads "not run". The from-scratch cells at 1% and 5%
+come from the study's round 2 (`--study_results`, runs vit_p1_s0_p4 and vit_p5_s0_p4: the same
+command without `pretrained_path`) when this measurement has no run of its own for them.
+"""
+
+import json
+import os
+from typing import Any, Dict, Optional
+
+import glob
+
+from absl import app
+from absl import flags
+
+_RESULTS = flags.DEFINE_string('results', 'docs/self_supervised/results', 'NAME.json files.')
+_STUDY = flags.DEFINE_string('study_results', 'docs/study/results.jsonl',
+                             "The small-data study's results (scratch cells).")
+
+PCTS = ('1', '5', '100')
+STARTS = (('MAE encoder', 'mae', 'fewshot_mae'), ('MPP encoder', 'mpp', 'fewshot_mpp'),
+          ('scratch (random init)', 'scratch', 'fewshot_random'),
+          ('supervised encoder (all 54k labels)', 'sup', 'fewshot_sup'))
+STUDY_SCRATCH = {'1': 'vit_p1_s0_p4', '5': 'vit_p5_s0_p4'}
+
+
+def load(results: str, name: str) -> Optional[Dict[str, Any]]:
+  path = os.path.join(results, f'{name}.json')
+  if not os.path.isfile(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def study_runs(path: str) -> Dict[str, Dict[str, Any]]:
+  if not os.path.isfile(path):
+    return {}
+  with open(path) as f:
+    return {r['name']: r for r in map(json.loads, filter(str.strip, f))}
+
+
+def finetune_cell(results: str, start: str, pct: str, study: Dict[str, Any]) -> str:
+  """'82.31% (1000 steps, 9m12s)', a study run's accuracy (named), or 'not run'."""
+  name = 'scratch_p100' if (start, pct) == ('scratch', '100') else f'ft_{start}_p{pct}'
+  record = load(results, name)
+  if record:
+    final = record['final']
+    return (f"{100 * final['accuracy_test']:.2f}% ({final['step']} steps, "
+            f"{_minutes(record['wall_s'])})")
+  if start == 'scratch' and STUDY_SCRATCH.get(pct) in study:
+    run = study[STUDY_SCRATCH[pct]]
+    return (f"{100 * run['accuracy_test']:.2f}% ({run['steps']} steps, "
+            f"{_minutes(run['wall_s'])}; study round 2, {run['name']})")
+  return 'not run'
+
+
+def pretraining_record(results: str, start: str) -> Optional[Dict[str, Any]]:
+  """measure.py's stage-1 run of 'mae' or 'mpp' (named METHOD_eEPOCHS there), if any."""
+  paths = sorted(glob.glob(os.path.join(results, f'{start}_e*.json')))
+  if start not in ('mae', 'mpp') or not paths:
+    return None
+  with open(paths[-1]) as f:
+    return json.load(f)
+
+
+def fewshot_cell(results: str, name: str) -> str:
+  record = load(results, name)
+  if not record:
+    return 'not run'
+  return ' / '.join(f"{100 * r['mean']:.2f}" for r in record['fewshot']['results'])
+
+
+def _minutes(seconds: float) -> str:
+  return f'{int(seconds // 60)}m{int(seconds % 60):02d}s'
+
+
+def table(results: str, study_path: str) -> str:
+  study = study_runs(study_path)
+  lines = ['| start of fine-tuning | 1% labels (600 images) | 5% (3,000) | 100% (54,000) | '
+           'few-shot linear, 1/5/10/25 shots |', '| --- | --- | --- | --- | --- |']
+  for label, start, fewshot_name in STARTS:
+    pretraining = pretraining_record(results, start)
+    if pretraining:
+      label += f" ({pretraining['final']['step']} pretraining steps of batch 256)"
+    cells = [finetune_cell(results, start, pct, study) for pct in PCTS]
+    lines.append(f"| {label} | {' | '.join(cells)} | {fewshot_cell(results, fewshot_name)} |")
+  return '\n'.join(lines)
+
+
+def main(argv):
+  del argv
+  print(table(_RESULTS.value, _STUDY.value))
+
+
+if __name__ == '__main__':
+  app.run(main)
