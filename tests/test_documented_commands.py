@@ -426,3 +426,13 @@ def test_doc_command_runs(command, scratch):
     place_pretrained(local, scratch)
   place_published(local, scratch)  # A tool's --checkpoint=ViT-B_16 (docs/fewshot.md).
   run(local, scratch)
+
+
+def test_the_readmes_test_command_is_what_ci_runs():
+  """README's `python -m pytest ...` line is `.ci/run`'s, flags included."""
+  with open(os.path.join(ROOT, 'README.md')) as f:
+    readme = re.findall(r'python -m pytest [^#\n]*', f.read())
+  with open(os.path.join(ROOT, '.ci', 'run')) as f:
+    ci = re.findall(r'^\.venv/bin/(python -m pytest .*)$', f.read(), re.M)
+  assert len(ci) == 1 and [c.strip() for c in readme] == ci, (readme, ci)
+  assert '--durations=' in ci[0]  # CI logs name the slowest tests.
