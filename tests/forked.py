@@ -57,7 +57,7 @@ class _Server:
       self.proc.stdin.write(json.dumps(request) + '\n')
       self.proc.stdin.flush()
       with self.changed:
-        self.changed.wait_for(lambda: self.started, timeout=120)
+        self.changed.wait_for(lambda: self.started, timeout=600)
         pid = self.started.pop(0) if self.started else None
     assert pid, f'tests/mocked_run.py --serve did not start {request}'
     return pid
