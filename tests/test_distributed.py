@@ -9,7 +9,6 @@ import os
 import re
 import signal
 import socket
-import subprocess
 import sys
 import time
 
@@ -19,6 +18,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import forked
 from test_damaged_checkpoints import truncate
 from vit_jax import checkpoint
 from vit_jax import config_lib
@@ -136,8 +136,7 @@ def launch(config_path, workdir, *, process_id=None, num_processes=None, port=No
   if process_id is not None:
     command += [f'--coordinator_address=127.0.0.1:{port}', f'--num_processes={num_processes}',
                 f'--process_id={process_id}']
-  return subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
+  return forked.popen(command[1:], cwd=cwd, env=env, merge_stderr=True)
 
 
 def finish(procs, timeout=300):
@@ -301,8 +300,7 @@ def launch_failing(config_path, workdir, *, process_id, port, raise_at_eval, arg
           f'sys.argv = {argv!r}\n'
           f'with mock.patch.object(train, "run_eval", side_effect={raise_at_eval}):\n'
           '  main.run()\n')
-  return subprocess.Popen([sys.executable, '-c', code], cwd=ROOT, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  return forked.popen(['-c', code], cwd=ROOT, env=env, merge_stderr=True)
 
 
 @pytest.mark.slow

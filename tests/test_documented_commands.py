@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import forked
 from npz_fixtures import timm_swin_state_dict
 from research.small_data import grid as grid_lib
 from test_configs import CONFIG_FILES, load_config
@@ -268,22 +269,27 @@ def place_published(command, work):
     write_npz(model, store.cache_path(path, str(work / 'cache')), 1000, 32)
 
 
-def run(command, work, timeout=600):
-  """Runs `command` in `work` (TFDS mocked for modules; VAR=value prefixes set in its env)."""
+def command_env(work):
+  """The environment every command runs in (before its own VAR=value prefixes)."""
   env = dict(os.environ, VIT_JAX_CHECKPOINTS=str(work / 'cache'), JAX_PLATFORMS='cpu',
              VIT_JAX_HUGEPAGES='0', TF_CPP_MIN_LOG_LEVEL='2')
   env.pop('XLA_FLAGS', None)
+  env['PYTHONPATH'] = os.pathsep.join(filter(None, [ROOT, env.get('PYTHONPATH')]))
+  return env
+
+
+def run(command, work, timeout=600):
+  """Runs `command` in `work` (TFDS mocked for modules; VAR=value prefixes set in its env)."""
+  env = command_env(work)
   words = shlex.split(command)
   while '=' in words[0]:
     name, value = words.pop(0).split('=', 1)
     env[name] = value
   if words[1] == '-m':
-    argv = [os.path.join(ROOT, 'tests', 'mocked_run.py'), words[2], *words[3:]]
+    args = [os.path.join(ROOT, 'tests', 'mocked_run.py'), words[2], *words[3:]]
   else:
-    argv = [os.path.join(ROOT, words[1]), *words[2:]]
-  env['PYTHONPATH'] = os.pathsep.join(filter(None, [ROOT, env.get('PYTHONPATH')]))
-  proc = subprocess.run([sys.executable, *argv], cwd=work, env=env, capture_output=True,
-                        text=True, timeout=timeout)
+    args = [os.path.join(ROOT, words[1]), *words[2:]]
+  proc = forked.run(args, cwd=work, env=env, timeout=timeout)  # python ARGS, started sooner.
   assert proc.returncode == 0, f'{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}'
   return proc.stdout
 
@@ -420,3 +426,13 @@ def test_doc_command_runs(command, scratch):
     place_pretrained(local, scratch)
   place_published(local, scratch)  # A tool's --checkpoint=ViT-B_16 (docs/fewshot.md).
   run(local, scratch)
+
+
+def test_the_readmes_test_command_is_what_ci_runs():
+  """README's `python -m pytest ...` line is `.ci/run`'s, flags included."""
+  with open(os.path.join(ROOT, 'README.md')) as f:
+    readme = re.findall(r'python -m pytest [^#\n]*', f.read())
+  with open(os.path.join(ROOT, '.ci', 'run')) as f:
+    ci = re.findall(r'^\.venv/bin/(python -m pytest .*)$', f.read(), re.M)
+  assert len(ci) == 1 and [c.strip() for c in readme] == ci, (readme, ci)
+  assert '--durations=' in ci[0]  # CI logs name the slowest tests.

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
+import forked
 from vit_jax import config_lib
 from vit_jax import fashion_mnist as fashion_mnist_command
 from vit_jax.data import fashion_mnist
@@ -170,10 +171,9 @@ def test_the_documented_manual_dir_override_works(idx_dir, tmp_path):
   """`--config.tfds_manual_dir=DIR` (the error messages' advice) prepares from DIR and trains."""
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env = dict(os.environ, JAX_PLATFORMS='cpu', VIT_JAX_HUGEPAGES='0', FASHION_MNIST_DIR='')
-  proc = subprocess.run(
-      [sys.executable, '-m', 'vit_jax.main', '--config=configs/resnet_fashion_mnist.py:runlocal',
+  proc = forked.run(
+      ['-m', 'vit_jax.main', '--config=configs/resnet_fashion_mnist.py:runlocal',
        f'--config.tfds_manual_dir={idx_dir}', f'--config.tfds_data_dir={tmp_path}/tfds',
-       f'--workdir={tmp_path}/run'], cwd=root, env=env, capture_output=True, text=True,
-      timeout=600)
+       f'--workdir={tmp_path}/run'], cwd=root, env=env, timeout=600)
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert "'num_examples': 10" in proc.stdout  # The fixture's 10 test images, all evaluated.

@@ -157,12 +157,26 @@ def fewshot_lines(workdir):
   return [line for line in lines if any(k.startswith('fewshot/') for k in line)]
 
 
-def test_training_logs_fewshot_metrics_and_a_resumed_run_logs_the_same(tmp_path, image_folder):
+STRAIGHT = dict(total_steps=4, eval_every=2, checkpoint_every=2)
+
+
+@pytest.fixture(scope='module')
+def straight_run(tmp_path_factory):
+  """(image folder, run directory) of one 4-step run with few-shot at steps 2 and 4: the logged
+  numbers two tests check (a resumed run's, and the tool's on the run directory)."""
+  from test_distributed import write_image_dataset
+  from vit_jax import train
+  root = tmp_path_factory.mktemp('fewshot')
+  folder = write_image_dataset(str(root / 'data'), train_per_class=6, test_per_class=3)
+  train.train_and_evaluate(folder_config(folder, **STRAIGHT), str(root / 'straight'))
+  return folder, str(root / 'straight')
+
+
+def test_training_logs_fewshot_metrics_and_a_resumed_run_logs_the_same(tmp_path, straight_run):
   from test_train import crash_at  # Kills the run before a given step.
-  config = folder_config(image_folder, total_steps=4, eval_every=2, checkpoint_every=2)
+  image_folder, straight = straight_run
+  config = folder_config(image_folder, **STRAIGHT)
   train_lib = __import__('vit_jax.train', fromlist=['train'])
-  straight = str(tmp_path / 'straight')
-  train_lib.train_and_evaluate(config, straight)
   logged = fewshot_lines(straight)
   name = os.path.basename(image_folder)
   assert [line['step'] for line in logged] == [2, 4]
@@ -177,11 +191,8 @@ def test_training_logs_fewshot_metrics_and_a_resumed_run_logs_the_same(tmp_path,
   assert events and b'fewshot/' in open(os.path.join(straight, events[0]), 'rb').read()
 
 
-def test_tool_on_a_run_directory_gives_the_number_training_logged(tmp_path, image_folder,
-                                                                  capsys):
-  from vit_jax import train
-  workdir = str(tmp_path / 'run')
-  train.train_and_evaluate(folder_config(image_folder, total_steps=2, eval_every=0), workdir)
+def test_tool_on_a_run_directory_gives_the_number_training_logged(straight_run, capsys):
+  image_folder, workdir = straight_run  # Its last few-shot numbers are the exported params'.
   logged = fewshot_lines(workdir)[-1]
   args = [f'--checkpoint={workdir}', f'--dataset={image_folder}', '--json', *TOOL_ARGS]
   rc, out, err = call_tool(args, capsys)

@@ -5,12 +5,11 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 
 import pytest
 
+import forked
 from test_distributed import CONFIG_FILE, launch, write_image_dataset
 from vit_jax import main
 
@@ -28,8 +27,7 @@ def online() -> bool:
 def run_main(*args, env=None, timeout=120):
   env = dict(os.environ, JAX_PLATFORMS='cpu', **(env or {}))
   start = time.time()
-  proc = subprocess.run([sys.executable, '-m', 'vit_jax.main', *args], cwd=ROOT, env=env,
-                        capture_output=True, text=True, timeout=timeout)
+  proc = forked.run(['-m', 'vit_jax.main', *args], cwd=ROOT, env=env, timeout=timeout)
   return proc, time.time() - start
 
 

@@ -4,14 +4,13 @@ stops before touching anything; resuming never needs the pretrained source."""
 import json
 import os
 import shutil
-import subprocess
-import sys
 from unittest import mock
 
 import numpy as np
 import pytest
 from PIL import Image
 
+import forked
 from test_distributed import CONFIG_FILE
 from vit_jax import config_lib
 from vit_jax import train
@@ -55,8 +54,8 @@ def run_command(cwd, *args):
   env = dict(os.environ, JAX_PLATFORMS='cpu',
              XLA_FLAGS='--xla_force_host_platform_device_count=1')
   env.pop('JAX_NUM_CPU_DEVICES', None)
-  return subprocess.run([sys.executable, '-m', 'vit_jax.main', '--config=config.py', *args],
-                        cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+  return forked.run(['-m', 'vit_jax.main', '--config=config.py', *args], cwd=cwd, env=env,
+                    timeout=300)
 
 
 def only_run_dir(cwd):

@@ -7,8 +7,6 @@ decays kernels only.
 
 import json
 import os
-import subprocess
-import sys
 from unittest import mock
 
 import jax
@@ -17,6 +15,7 @@ import numpy as np
 import optax
 import pytest
 
+import forked
 from vit_jax.checkpoints import resume
 from vit_jax import config_lib
 from vit_jax import input_pipeline
@@ -133,10 +132,9 @@ def test_cli_exits_1_with_one_line_on_a_non_finite_step(tmp_path):
   tests = os.path.join(ROOT, 'tests')
   (tmp_path / 'config.py').write_text(CONFIG.format(tests=tests))
   workdir = tmp_path / 'run'
-  proc = subprocess.run(
-      [sys.executable, '-c', HOOKED_MAIN.format(tests=tests), f'--config={tmp_path}/config.py',
-       f'--workdir={workdir}'], cwd=ROOT, capture_output=True, text=True, timeout=300,
-      env=dict(os.environ, JAX_PLATFORMS='cpu'))
+  proc = forked.run(
+      ['-c', HOOKED_MAIN.format(tests=tests), f'--config={tmp_path}/config.py',
+       f'--workdir={workdir}'], cwd=ROOT, timeout=300, env=dict(os.environ, JAX_PLATFORMS='cpu'))
   assert proc.returncode == 1, proc.stderr[-3000:]
   errors = [line for line in proc.stderr.splitlines() if line.startswith('error:')]
   assert len(errors) == 1 and 'NaN/inf between steps 1 and 2' in errors[0], proc.stderr[-3000:]
