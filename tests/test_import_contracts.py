@@ -40,6 +40,17 @@ def lint(root, contract=None):
                         env=dict(os.environ, PYTHONPATH=str(root)))
 
 
+def lint_with_planted(root, path, line, contract):
+  """lint-imports on `contract` with `line` appended to `path`, which is then put back."""
+  target = root / path
+  original = target.read_text()
+  try:
+    target.write_text(original + f'\n{line}  # planted by the test\n')
+    return lint(root, contract)
+  finally:
+    target.write_text(original)
+
+
 def test_every_contract_is_kept_and_each_is_tested_here(tree):
   with open(tree / '.importlinter') as f:
     ids = {line.split(':')[-1].strip(' ]\n') for line in f
@@ -52,13 +63,7 @@ def test_every_contract_is_kept_and_each_is_tested_here(tree):
 @pytest.mark.parametrize('contract', sorted(PLANTED))
 def test_a_planted_import_breaks_its_contract(tree, contract):
   path, line = PLANTED[contract]
-  target = tree / path
-  original = target.read_text()
-  try:
-    target.write_text(original + f'\n{line}  # planted by the test\n')
-    result = lint(tree, contract)
-  finally:
-    target.write_text(original)
+  result = lint_with_planted(tree, path, line, contract)
   assert result.returncode == 1, result.stdout[-2000:]
   assert 'BROKEN' in result.stdout and line.split()[-1] in result.stdout
 
@@ -66,13 +71,8 @@ def test_a_planted_import_breaks_its_contract(tree, contract):
 def test_the_checkpoints_package_cannot_import_the_official_checkpoint_api(tree):
   """`checkpoint.py` (the official API) sits above `checkpoints/`: an import back up, as
   `loading` once had, breaks the layers (they used to share a layer, which hid it)."""
-  target = tree / 'vit_jax/checkpoints/loading.py'
-  original = target.read_text()
-  try:
-    target.write_text(original + '\nfrom vit_jax import checkpoint  # planted by the test\n')
-    result = lint(tree, 'layers')
-  finally:
-    target.write_text(original)
+  result = lint_with_planted(tree, 'vit_jax/checkpoints/loading.py',
+                             'from vit_jax import checkpoint', 'layers')
   assert result.returncode == 1 and 'vit_jax.checkpoint' in result.stdout, result.stdout[-2000:]
 
 
@@ -82,11 +82,6 @@ def test_no_layer_holds_two_modules_that_may_import_each_other(tree):
   with open(tree / '.importlinter') as f:
     layers = f.read().split('layers =')[1].split('exhaustive')[0].split('\n')
   assert not [layer for layer in layers if ':' in layer], 'use "|" or separate layers'
-  target = tree / 'vit_jax/models_mixer.py'
-  original = target.read_text()
-  try:
-    target.write_text(original + '\nfrom vit_jax import models_swin  # planted by the test\n')
-    result = lint(tree, 'layers')
-  finally:
-    target.write_text(original)
+  result = lint_with_planted(tree, 'vit_jax/models_mixer.py', 'from vit_jax import models_swin',
+                             'layers')
   assert result.returncode == 1 and 'vit_jax.models_swin' in result.stdout, result.stdout[-2000:]
