@@ -14,7 +14,7 @@ INSTALL_REQUIRES = [
     'array-record>=0.8.6; sys_platform == "linux"',
     'clu>=0.0.12',
     'flax>=0.12.8',
-    # timm-format weights from the Hugging Face hub (vit_jax/checkpoints/timm_files.py): cache, token, offline.
+    # timm-format weights from the Hugging Face hub (vit_jax/weights/timm_files.py): cache, token, offline.
     'huggingface_hub>=0.30',
     'importlib_resources>=6.0',  # tensorflow-datasets needs it to prepare data; undeclared.
     'jax>=0.10.2',

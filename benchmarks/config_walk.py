@@ -9,7 +9,7 @@ receives the config (an `ml_collections.ConfigDict` argument, the run's config o
 it, or an object whose `.config` is one, as `training.state.Trainer`):
 - files entered: the distinct `vit_jax/` files of those functions;
 - climbs back up: distinct (caller file, callee file) pairs where the callee's layer (as in
-  .importlinter: families < presets < config_lib < models < checkpoints < checkpoint.py < data
+  .importlinter: families < presets < config_lib < models < weights < checkpoint.py < data
   < input_pipeline < training < train < tools < main) is above the caller's, the caller
   being the nearest `vit_jax/` frame below; counted
   for those calls and, separately, for every call into `vit_jax/` during the run;
@@ -32,13 +32,13 @@ import safetensors.numpy
 from vit_jax import config_lib
 from vit_jax import models
 from vit_jax import train
-from vit_jax.checkpoints import timm_export
+from vit_jax.weights import timm_export
 
 PACKAGE = os.path.dirname(os.path.abspath(models.__file__))
 # Layer of each vit_jax module (lowest 0), as .importlinter orders them (the commands: 15).
 LAYERS = (('families', 0), ('presets', 1), ('config_lib', 2), ('position_embeddings', 3),
           ('ops', 3), ('models_resnet', 4), ('models_vit', 5), ('models_mixer', 5),
-          ('models_swin', 5), ('models_masked', 6), ('models.py', 7), ('checkpoints/', 8),
+          ('models_swin', 5), ('models_masked', 6), ('models.py', 7), ('weights/', 8),
           ('checkpoint.py', 9), ('data/', 10), ('input_pipeline', 11), ('training/', 12),
           ('train.py', 13), ('tools/', 14), ('main.py', 16))
 

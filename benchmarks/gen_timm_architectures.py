@@ -1,4 +1,4 @@
-"""Writes vit_jax/checkpoints/timm_architectures.py: timm's ViT-family architectures, as data.
+"""Writes vit_jax/weights/timm_architectures.py: timm's ViT-family architectures, as data.
 
     python benchmarks/gen_timm_architectures.py
 
@@ -21,7 +21,7 @@ from absl import app
 from absl import flags
 
 MODULES = ('vision_transformer', 'deit', 'swin_transformer')
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'vit_jax', 'checkpoints',
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'vit_jax', 'weights',
                    'timm_architectures.py')
 COMMAND = 'python benchmarks/gen_timm_architectures.py'
 

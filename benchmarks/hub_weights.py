@@ -63,7 +63,7 @@ def measure(family: str, size: str, workdir: str) -> dict:
   import jax.numpy as jnp
   import torch
   from timm.models import save_for_hf
-  from vit_jax.checkpoints import loading
+  from vit_jax.weights import loading
   from vit_jax import models
   name, kwargs = FAMILIES[family]
   net = make_timm(name, kwargs, size)

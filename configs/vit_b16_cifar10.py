@@ -4,7 +4,7 @@ Command:
   python -m vit_jax.main --config=configs/vit_b16_cifar10.py --workdir=runs/b16_cifar10
 Expected (official README row "ViT-B_16, cifar10"): 99.02% top-1 after 10k steps of batch
 512 (2.2h on 8 A100). Needs CIFAR-10 from TFDS and gs://vit_models/imagenet21k/ViT-B_16.npz
-(downloaded once into checkpoints/); offline, pass --config.tfds_data_dir and
+(downloaded once into ~/.cache/vit_jax); offline, pass --config.tfds_data_dir and
 --config.pretrained_path=/path/ViT-B_16.npz.
 """
 

@@ -24,7 +24,7 @@ import threading
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MOCKED_RUN = os.path.join(ROOT, 'tests', 'mocked_run.py')
 # Read when used (in the child), not when the server imports: they do not need a server apiece.
-READ_AT_RUN_TIME = ('PYTEST_CURRENT_TEST', 'VIT_JAX_CHECKPOINTS', 'XLA_FLAGS')
+READ_AT_RUN_TIME = ('PYTEST_CURRENT_TEST', 'VIT_JAX_CACHE', 'XLA_FLAGS')
 
 
 class _Server:

@@ -20,12 +20,12 @@ from vit_jax import config_lib
 from vit_jax import models
 from vit_jax.tools import predict
 from vit_jax import presets
-from vit_jax.checkpoints import surgery
-from vit_jax.checkpoints import store
-from vit_jax.checkpoints import npz_format
-from vit_jax.checkpoints import metadata as metadata_lib
-from vit_jax.checkpoints import loading
-from vit_jax.checkpoints import architecture
+from vit_jax.weights import surgery
+from vit_jax.weights import store
+from vit_jax.weights import npz_format
+from vit_jax.weights import metadata as metadata_lib
+from vit_jax.weights import loading
+from vit_jax.weights import architecture
 
 
 def _abstract(config, size, num_classes):

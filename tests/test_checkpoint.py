@@ -15,10 +15,10 @@ from npz_fixtures import images, perturb, published_vit, write_npz
 from vit_jax import checkpoint
 from vit_jax import models
 from vit_jax.checkpoint import CheckpointError
-from vit_jax.checkpoints import surgery
-from vit_jax.checkpoints import store
+from vit_jax.weights import surgery
+from vit_jax.weights import store
 from vit_jax import presets
-from vit_jax.checkpoints import npz_format
+from vit_jax.weights import npz_format
 
 
 TOKEN = {'family': 'vit', 'classifier': 'token', 'representation_size': None}  # Fields read.
@@ -387,11 +387,37 @@ def test_gs_path_downloads_once_into_cache(fake_remote, tmp_path):
 
 
 def test_cache_dir_from_environment(fake_remote, tmp_path, monkeypatch):
-  monkeypatch.setenv('VIT_JAX_CHECKPOINTS', str(tmp_path / 'env_cache'))
+  monkeypatch.setenv('VIT_JAX_CACHE', str(tmp_path / 'env_cache'))
   assert store.default_cache_dir() == str(tmp_path / 'env_cache')
   checkpoint.load('https://example.com/models/x.npz')
   assert fake_remote['calls'] == ['https://example.com/models/x.npz']
   assert (tmp_path / 'env_cache' / 'example.com' / 'models' / 'x.npz').is_file()
+
+
+def test_default_cache_is_the_users_cache_folder(tmp_path, monkeypatch):
+  monkeypatch.delenv('VIT_JAX_CACHE', raising=False)
+  monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path / 'xdg'))
+  assert store.default_cache_dir() == str(tmp_path / 'xdg' / 'vit_jax')
+  monkeypatch.delenv('XDG_CACHE_HOME')
+  monkeypatch.setenv('HOME', str(tmp_path / 'home'))
+  assert store.default_cache_dir() == str(tmp_path / 'home' / '.cache' / 'vit_jax')
+
+
+def test_a_download_in_the_old_cache_is_read_not_fetched_again(fake_remote, tmp_path,
+                                                               monkeypatch):
+  """Versions before 2026-11-27 cached into `$VIT_JAX_CHECKPOINTS` (or `checkpoints/`): a file
+  there loads without a download and nothing is written into the new cache."""
+  old, new = tmp_path / 'old_cache', tmp_path / 'new_cache'
+  monkeypatch.setenv('VIT_JAX_CHECKPOINTS', str(old))
+  monkeypatch.setenv('VIT_JAX_CACHE', str(new))
+  url = 'https://example.com/models/x.npz'
+  checkpoint.load(url, cache_dir=str(old))  # Downloaded by the "old version".
+  assert fake_remote['calls'] == [url]
+  loaded = checkpoint.load(url)
+  assert fake_remote['calls'] == [url] and not new.exists()
+  jax.tree.map(np.testing.assert_array_equal, loaded,
+               jax.tree.map(np.asarray, fake_remote['params']))
+  assert store.check_available(store.locate(url)) is None
 
 
 def test_published_dirs():

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from vit_jax import train
-from vit_jax.checkpoints import npz_format
+from vit_jax.weights import npz_format
 from test_train import crash_at, final_params, make_config
 
 
@@ -42,7 +42,7 @@ def test_damaged_newest_checkpoint_resumes_from_the_previous_one(tmp_path, caplo
   workdir = str(tmp_path / 'damaged')
   with crash_at(7), pytest.raises(KeyboardInterrupt):
     train.train_and_evaluate(config, workdir)
-  checkpoints = os.path.join(workdir, 'checkpoints')
+  checkpoints = os.path.join(workdir, 'train_state')
   assert sorted(os.listdir(checkpoints), key=int) == ['4', '6']
   truncate(os.path.join(checkpoints, '6'), damaged_file)
   damaged = snapshot(os.path.join(checkpoints, '6'))
@@ -69,7 +69,7 @@ def test_no_readable_checkpoint_is_a_clear_error_and_deletes_nothing(tmp_path):
   config = make_config(total_steps=4, checkpoint_every=2, eval_every=0)
   workdir = str(tmp_path / 'run')
   train.train_and_evaluate(config, workdir)
-  checkpoints = os.path.join(workdir, 'checkpoints')
+  checkpoints = os.path.join(workdir, 'train_state')
   for step in ('2', '4'):
     truncate(os.path.join(checkpoints, step), '_sharding')
   before = snapshot(workdir)

@@ -20,7 +20,7 @@ from vit_jax import models
 from vit_jax.training import optim
 from vit_jax.training import parallel
 from vit_jax import train
-from vit_jax.checkpoints import npz_format
+from vit_jax.weights import npz_format
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -181,7 +181,7 @@ def test_distilled_run_resumes_bit_exactly_after_sigkill(tmp_path, kind='hard'):
   assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
   assert not os.path.exists(os.path.join(killed, 'params.npz'))
   # Step 2 is final (a save waits for the previous one); step 4's async save may be cut short.
-  assert '2' in os.listdir(os.path.join(killed, 'checkpoints'))
+  assert '2' in os.listdir(os.path.join(killed, 'train_state'))
   for workdir in (killed, straight):  # Resume the killed run; run another one straight through.
     proc = run_distilled(workdir, teacher, kind, kill=False)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -27,7 +27,7 @@ from vit_jax import models
 from vit_jax.training import optim
 from vit_jax.training import parallel
 from vit_jax import train
-from vit_jax.checkpoints import npz_format
+from vit_jax.weights import npz_format
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -155,7 +155,7 @@ def launch_pair(config_path, workdir, args=(), cwd=ROOT):
 
 def wait_for_checkpoint(procs, workdir, step=2):
   deadline = time.time() + 240
-  while not os.path.isdir(os.path.join(workdir, 'checkpoints', str(step))):
+  while not os.path.isdir(os.path.join(workdir, 'train_state', str(step))):
     assert time.time() < deadline and all(p.poll() is None for p in procs), 'no checkpoint'
     time.sleep(0.2)
 
@@ -171,7 +171,7 @@ def test_two_processes_without_workdir_share_one_run_directory(tmp_path):
   run_dir = tmp_path / 'runs' / runs[0]
   assert os.path.isfile(run_dir / 'params.npz')
   # Both processes wrote their orbax shards into the one directory (a restore needs both).
-  assert os.path.isdir(run_dir / 'checkpoints' / '2')
+  assert os.path.isdir(run_dir / 'train_state' / '2')
   assert f'Run directory: runs/{runs[0]}' in outputs[0], outputs[0][-2000:]
   assert all(f'Workdir: runs/{runs[0]}' in out for out in outputs), outputs[1][-2000:]
 
@@ -198,13 +198,13 @@ def test_two_processes_equal_one_after_sigterm_to_one_and_a_damaged_checkpoint(t
   assert not os.path.exists(os.path.join(multi_dir, 'params.npz')), first[0][-2000:]
 
   # The newest checkpoint damaged: both processes agree to fall back to the same older one.
-  checkpoints = os.path.join(multi_dir, 'checkpoints')
+  checkpoints = os.path.join(multi_dir, 'train_state')
   steps = sorted(int(name) for name in os.listdir(checkpoints))
   assert steps[-1] == stopped[0]
   truncate(os.path.join(checkpoints, str(steps[-1])), '_sharding')
   outputs = finish(launch_pair(config_path, multi_dir))
   for out in outputs:
-    assert f'checkpoints/{steps[-1]} cannot be read' in out, out[-3000:]
+    assert f'train_state/{steps[-1]} cannot be read' in out, out[-3000:]
     assert f'Resuming from checkpoint at step {steps[-2]} ' in out, out[-3000:]
 
   finish([launch(config_path, single_dir, devices=4)])
@@ -241,7 +241,7 @@ def test_a_killed_process_ends_the_other_with_one_line(tmp_path):
   # starts at the kill, but silence is counted from the peer's last beat seen, which came up to
   # one watchdog round (1 s, longer on a loaded machine: 4.35 s seen once in CI) before it.
   assert 5 - 3 <= seconds < 5 + parallel.JAX_HEARTBEAT_MARGIN_S, seconds
-  assert os.path.isdir(os.path.join(workdir, 'checkpoints', '2'))  # Kept for the rerun.
+  assert os.path.isdir(os.path.join(workdir, 'train_state', '2'))  # Kept for the rerun.
 
 
 def prepare_tiny_fashion_mnist(root):

@@ -1,5 +1,5 @@
 """Every `python -m vit_jax...` (or `research...`) command of the README and of the configs'
-docstrings runs; every command of docs/*.md and checkpoints/README.md runs too, or, where
+docstrings runs; every command of docs/*.md runs too, or, where
 `NOT_RUN` says why, is checked for its flags (the module or script exists and defines each flag
 it names; each `--config.*` field exists in its config).
 
@@ -9,7 +9,7 @@ Each command runs as printed, in a scratch directory that links `configs/`, with
   `--grid=FILE[:ARG]` (a few such runs);
 - the paths the docs use for the user's files (/data/..., cat.jpg, my_photos/) point at a
   generated image folder, images and a small published-format npz;
-- downloads are pre-placed in the checkpoint cache (`$VIT_JAX_CHECKPOINTS`), and TFDS datasets
+- downloads are pre-placed in the checkpoint cache (`$VIT_JAX_CACHE`), and TFDS datasets
   are `tfds.testing.mock_data` (`tests/mocked_run.py`), so nothing touches the network.
 A documented command that breaks (a renamed flag, a config field, a split a folder cannot
 serve, an impossible resolution) fails here.
@@ -37,8 +37,8 @@ from vit_jax import checkpoint
 from vit_jax import config_lib
 from vit_jax import models
 from vit_jax.data import folder_source
-from vit_jax.checkpoints import timm_export
-from vit_jax.checkpoints import store
+from vit_jax.weights import timm_export
+from vit_jax.weights import store
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMAND = re.compile(r'python -m (?:vit_jax|research)\.\w+')
@@ -74,8 +74,7 @@ def docstring_commands():
 
 DOCUMENTED = sorted(set(readme_commands() + docstring_commands()))
 
-DOC_PAGES = sorted(glob.glob(os.path.join(ROOT, 'docs', '*.md'))) + [
-    os.path.join(ROOT, 'checkpoints', 'README.md')]
+DOC_PAGES = sorted(glob.glob(os.path.join(ROOT, 'docs', '*.md')))
 # A command in prose: optional VAR=value assignments, then a module of the package or a script.
 DOC_COMMAND = re.compile(
     r'(?:[A-Z_]+=\S+ )*python (?:-m (?:vit_jax|research)\.\w+|benchmarks/\w+\.py)')
@@ -263,7 +262,7 @@ def place_published(command, work):
   match = re.search(r'--checkpoint=(\S+)', command)
   if not match or os.path.exists(work / match[1]) or match[1].startswith('runs/'):
     return
-  path = store.resolve_name(match[1])
+  path = store.locate(match[1]).path
   if store.is_remote(path):
     model = config_lib.finetune_config('ViT-B_16', 'cifar10', runlocal=True).model
     write_npz(model, store.cache_path(path, str(work / 'cache')), 1000, 32)
@@ -271,7 +270,7 @@ def place_published(command, work):
 
 def command_env(work):
   """The environment every command runs in (before its own VAR=value prefixes)."""
-  env = dict(os.environ, VIT_JAX_CHECKPOINTS=str(work / 'cache'), JAX_PLATFORMS='cpu',
+  env = dict(os.environ, VIT_JAX_CACHE=str(work / 'cache'), JAX_PLATFORMS='cpu',
              VIT_JAX_HUGEPAGES='0', TF_CPP_MIN_LOG_LEVEL='2')
   env.pop('XLA_FLAGS', None)
   env['PYTHONPATH'] = os.pathsep.join(filter(None, [ROOT, env.get('PYTHONPATH')]))
@@ -345,14 +344,26 @@ def test_readme_folder_command_evaluates_every_held_out_image(layout, tmp_path):
   assert counted == (9 if layout != 'train_only' else held_out) and counted > 0
 
 
+def run_documented(command, work):
+  """Runs a documented command (shrunk) in `work`, after the documented run it starts from.
+
+  A fine-tuning command from `runs/NAME` needs the command with `--workdir=runs/NAME` run
+  first; with two test workers that one may have run in the other worker's directory.
+  """
+  start = re.search(r'--config\.pretrained_path=(runs/[^\s/]+)', command)
+  if start and not (work / start[1]).exists():
+    run_documented(next(c for c in DOCUMENTED if f'--workdir={start[1]}' in c.split()), work)
+  local = substitute(with_runlocal(command), work)
+  if '--config=' in local:
+    place_pretrained(local, work)
+  place_published(local, work)
+  return run(local, work)
+
+
 @pytest.mark.parametrize('command', DOCUMENTED)
 def test_documented_command_runs(command, scratch, quickstart_run):
   assert os.path.isfile(quickstart_run / 'params.npz')
-  local = substitute(with_runlocal(command), scratch)
-  if '--config=' in local:
-    place_pretrained(local, scratch)
-  place_published(local, scratch)
-  out = run(local, scratch)
+  out = run_documented(command, scratch)
   if 'vit_jax.predict' in command and 'runs/quickstart' in command:
     assert any(name in out for name in ('T-shirt/top', 'Trouser', 'Ankle boot')), out
   if 'vit_jax.analyze' in command:

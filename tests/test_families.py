@@ -10,9 +10,9 @@ from vit_jax import config_lib
 from vit_jax import families
 from vit_jax import models
 from vit_jax import presets
-from vit_jax.checkpoints import architecture
-from vit_jax.checkpoints import shape_readers
-from vit_jax.checkpoints.npz_format import CheckpointError
+from vit_jax.weights import architecture
+from vit_jax.weights import shape_readers
+from vit_jax.weights.npz_format import CheckpointError
 from vit_jax.tools import flops
 
 

@@ -13,9 +13,9 @@ import pytest
 from vit_jax import config_lib
 from vit_jax import models
 from vit_jax import presets
-from vit_jax.checkpoints import architecture
-from vit_jax.checkpoints import metadata as metadata_lib
-from vit_jax.checkpoints import npz_format
+from vit_jax.weights import architecture
+from vit_jax.weights import metadata as metadata_lib
+from vit_jax.weights import npz_format
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / 'vit_jax'
 # What deciding a family from a config's keys looked like: the removed is_* helpers and tests

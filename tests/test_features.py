@@ -18,8 +18,8 @@ from vit_jax.data import folder_source
 from vit_jax.data import image_ops
 from vit_jax.tools import features
 from vit_jax import models
-from vit_jax.checkpoints import store
-from vit_jax.checkpoints import loading
+from vit_jax.weights import store
+from vit_jax.weights import loading
 
 
 def write_checkpoint(path, *, num_classes=10, image_size=32, zero_head=False, seed=0,
@@ -152,17 +152,17 @@ def test_load_model_without_model_reads_the_file(saved, tmp_path):
 
 
 def test_checkpoint_names_resolve(tmp_path):
-  assert store.resolve_name('ViT-B_16') == (
+  assert store.locate('ViT-B_16').path == (
       'gs://vit_models/imagenet21k+imagenet2012/ViT-B_16.npz')
-  assert store.resolve_name('imagenet21k/ViT-L_16') == (
+  assert store.locate('imagenet21k/ViT-L_16').path == (
       'gs://vit_models/imagenet21k/ViT-L_16.npz')
-  assert store.resolve_name('augreg/S_16-i21k-300ep') == (
+  assert store.locate('augreg/S_16-i21k-300ep').path == (
       'gs://vit_models/augreg/S_16-i21k-300ep.npz')
   (tmp_path / 'params.npz').write_bytes(b'')
-  assert store.resolve_name(str(tmp_path)) == str(tmp_path / 'params.npz')
+  assert store.locate(str(tmp_path)).path == str(tmp_path / 'params.npz')
   (tmp_path / 'empty_run').mkdir()
   with pytest.raises(checkpoint.CheckpointError, match='has no params.npz'):
-    store.resolve_name(str(tmp_path / 'empty_run'))
+    store.locate(str(tmp_path / 'empty_run'))
 
 
 def test_features_come_from_the_same_forward_pass(saved):

@@ -277,7 +277,7 @@ def test_features_are_timms_pre_logits(family, tmp_path):
   """Class token, GAP + fc_norm, MAP and DeiT's two tokens (averaged): what the heads see."""
   torch = pytest.importorskip('torch')
   from test_timm_hub import FAMILIES, save_hub_folder, timm_model
-  from vit_jax.checkpoints import loading
+  from vit_jax.weights import loading
   net = timm_model(family)
   loaded = loading.load_model(save_hub_folder(net, tmp_path / 'hub'))
   size = 2 * FAMILIES[family][2]

@@ -18,7 +18,7 @@ PLANTED = {  # contract id: (file, the import planted at its end)
     'research-outside': ('vit_jax/tools/flops.py', 'from research.small_data import grid'),
     'jax-free-configs': ('vit_jax/presets.py', 'import jax'),
     'models-without-tf': ('vit_jax/ops.py', 'import tensorflow'),
-    'no-test-extras': ('vit_jax/checkpoints/timm_files.py', 'import torch'),
+    'no-test-extras': ('vit_jax/weights/timm_files.py', 'import torch'),
     'tools-independent': ('vit_jax/tools/analyze.py', 'from vit_jax.tools import predict'),
 }
 
@@ -68,10 +68,10 @@ def test_a_planted_import_breaks_its_contract(tree, contract):
   assert 'BROKEN' in result.stdout and line.split()[-1] in result.stdout
 
 
-def test_the_checkpoints_package_cannot_import_the_official_checkpoint_api(tree):
-  """`checkpoint.py` (the official API) sits above `checkpoints/`: an import back up, as
+def test_the_weights_package_cannot_import_the_official_checkpoint_api(tree):
+  """`checkpoint.py` (the official API) sits above `weights/`: an import back up, as
   `loading` once had, breaks the layers (they used to share a layer, which hid it)."""
-  result = lint_with_planted(tree, 'vit_jax/checkpoints/loading.py',
+  result = lint_with_planted(tree, 'vit_jax/weights/loading.py',
                              'from vit_jax import checkpoint', 'layers')
   assert result.returncode == 1 and 'vit_jax.checkpoint' in result.stdout, result.stdout[-2000:]
 

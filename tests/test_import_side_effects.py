@@ -12,7 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # is opened, by `input_pipeline` (and by the Fashion-MNIST preparation command), not before.
 MODULES = ('vit_jax.checkpoint', 'vit_jax.models', 'vit_jax.predict', 'vit_jax.analyze',
            'vit_jax.features', 'vit_jax.flops', 'vit_jax.export_timm', 'vit_jax.input_pipeline',
-           'vit_jax.train', 'vit_jax.main', 'vit_jax.checkpoints.loading',
+           'vit_jax.train', 'vit_jax.main', 'vit_jax.weights.loading',
            'vit_jax.training.from_checkpoint')
 # Importing one module in a fresh process from an empty directory and HOME, then reporting
 # what it changed: modules loaded, environment variables, files written, flags vit_jax defines

@@ -135,7 +135,7 @@ def test_same_command_twice_without_workdir_continues_one_run(tmp_path):
   (tmp_path / 'config.py').write_text(CONFIG_FILE.format(dataset=dataset, steps=6))
   first = launch('config.py', None, devices=1, cwd=tmp_path)
   deadline = time.time() + 240
-  while not glob.glob(str(tmp_path / 'runs' / '*' / 'checkpoints' / '2')):
+  while not glob.glob(str(tmp_path / 'runs' / '*' / 'train_state' / '2')):
     assert time.time() < deadline and first.poll() is None, first.communicate()[0][-3000:]
     time.sleep(0.2)
   first.send_signal(signal.SIGTERM)

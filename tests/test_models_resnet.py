@@ -13,7 +13,7 @@ from vit_jax import checkpoint
 from vit_jax import models
 from vit_jax import models_resnet
 from vit_jax import ops
-from vit_jax.checkpoints import loading
+from vit_jax.weights import loading
 
 
 def _random(shape, seed=0, loc=0.):

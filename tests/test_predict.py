@@ -16,7 +16,7 @@ from vit_jax.data import folder_source
 from vit_jax.data import image_ops
 from vit_jax.tools import cli
 from vit_jax.tools import predict
-from vit_jax.checkpoints import loading
+from vit_jax.weights import loading
 
 
 @pytest.fixture(scope='module')

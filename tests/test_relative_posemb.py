@@ -14,9 +14,9 @@ from vit_jax import models
 from vit_jax import ops
 from vit_jax import position_embeddings
 from vit_jax import train
-from vit_jax.checkpoints import loading
-from vit_jax.checkpoints import metadata as metadata_lib
-from vit_jax.checkpoints import npz_format
+from vit_jax.weights import loading
+from vit_jax.weights import metadata as metadata_lib
+from vit_jax.weights import npz_format
 from vit_jax.tools import flops
 
 
@@ -152,7 +152,7 @@ def test_killed_relative_run_resumes_to_identical_params(tmp_path, mock_cifar10)
   resumed = final_params(workdir)
   assert any('relative_posemb' in key for key in npz_format.flatten(resumed))
   assert_trees_close(resumed, final_params(str(tmp_path / 'straight')))
-  assert os.listdir(os.path.join(workdir, 'checkpoints'))
+  assert os.listdir(os.path.join(workdir, 'train_state'))
 
 
 def test_flops_count_the_relative_logits_as_xla_does():
@@ -169,6 +169,6 @@ def test_flops_count_the_relative_logits_as_xla_does():
 
 
 def test_timm_export_refuses_in_one_line():
-  from vit_jax.checkpoints import timm_export
+  from vit_jax.weights import timm_export
   with pytest.raises(timm_export.TimmFormatError, match=r"cannot represent .*posemb relative"):
     timm_export.timm_model_args(_config(), 3, 32)

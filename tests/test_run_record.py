@@ -14,7 +14,7 @@ import forked
 from test_distributed import CONFIG_FILE
 from vit_jax import config_lib
 from vit_jax import train
-from vit_jax.checkpoints import resume
+from vit_jax.weights import resume
 from vit_jax.training import run_record
 
 CLASSES = ('cat', 'dog', 'eel')

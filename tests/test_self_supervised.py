@@ -14,8 +14,8 @@ from vit_jax import checkpoint
 from vit_jax import models
 from vit_jax import models_masked
 from vit_jax import train
-from vit_jax.checkpoints import loading
-from vit_jax.checkpoints import npz_format
+from vit_jax.weights import loading
+from vit_jax.weights import npz_format
 from vit_jax.tools import cli
 from vit_jax.tools import features
 from vit_jax.training import mae
@@ -170,7 +170,7 @@ def test_killed_mae_run_resumes_to_identical_params(tmp_path, mock_cifar10):
   workdir = str(tmp_path / 'killed')
   with crash_at(6), pytest.raises(KeyboardInterrupt):
     train.train_and_evaluate(config, workdir)
-  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2', '4']
+  assert sorted(os.listdir(os.path.join(workdir, 'train_state'))) == ['2', '4']
   assert train.train_and_evaluate(config, workdir)['step'] == 6
   np.testing.assert_equal(npz_format.flatten(final_params(workdir)),
                           npz_format.flatten(final_params(str(tmp_path / 'straight'))))

@@ -22,3 +22,27 @@ def test_table_shows_measured_cells_and_marks_the_rest_not_run(tmp_path):
   assert rows[3] == '| MPP encoder | not run | not run | not run | not run |'
   assert rows[4].startswith('| scratch (random init) | 65.35% (1000 steps, 5m33s; study round '
                             '2, vit_p1_s0_p4) | not run | not run | not run |')
+
+
+def _finetuned(results, name, accuracy):
+  (results / f'{name}.json').write_text(json.dumps(
+      {'wall_s': 1.0, 'final': {'step': 10, 'accuracy_test': accuracy}}))
+
+
+def test_slices_table_gives_each_start_its_interval_and_its_paired_gain(tmp_path):
+  results = tmp_path / 'results'
+  results.mkdir()
+  study = tmp_path / 'study.jsonl'  # Scratch on slice 0 at 1%: round 2's run.
+  study.write_text(json.dumps({'name': 'vit_p1_s0_p4', 'accuracy_test': 0.60}) + '\n')
+  for seed, scratch, mae in ((0, None, 0.70), (1, 0.62, 0.71), (2, 0.64, 0.75)):
+    _finetuned(results, f'ft_mae_p1_s{seed}' if seed else 'ft_mae_p1', mae)
+    if scratch is not None:
+      _finetuned(results, f'scratch_p1_s{seed}', scratch)
+  _finetuned(results, 'ft_mpp_p1', 0.5)
+  rows = report.slices_table(str(results), str(study)).splitlines()
+  # MAE 70, 71, 75: mean 72 ± t(0.975, 2) x sqrt(7) / sqrt(3) = 4.303 x 1.528 = 6.57; minus
+  # scratch by slice: 10, 9, 11 points: 10 ± 4.303 x 1 / sqrt(3) = 2.48.
+  assert rows[2] == ('| MAE encoder | 72.00 [65.43, 78.57] | +10.00 [+7.52, +12.48]: gain '
+                     'supported | 0 of 3 slices run | 0 of 3 slices run |')
+  assert rows[3].startswith('| MPP encoder | 1 of 3 slices run | 1 of 3 slices run |')
+  assert rows[4].startswith('| scratch (random init) | 62.00 [57.03, 66.97] | – |')

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from vit_jax.checkpoints import resume
+from vit_jax.weights import resume
 from vit_jax import config_lib
 from vit_jax.training import parallel
 from vit_jax.training import state as state_lib
 from vit_jax import train
-from vit_jax.checkpoints import npz_format
+from vit_jax.weights import npz_format
 from test_train import crash_at, final_params, make_config
 
 
@@ -114,7 +114,7 @@ def test_checkpoint_written_on_4_devices_resumes_on_2(tmp_path, resumed_as):
   workdir = str(tmp_path / 'moved')
   with crash_at(5), pytest.raises(KeyboardInterrupt):
     train.train_and_evaluate(config, workdir)
-  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2', '4']
+  assert sorted(os.listdir(os.path.join(workdir, 'train_state'))) == ['2', '4']
   resumed = dict_update(config, param_sharding=resumed_as)
   real = parallel.make_mesh
   with mock.patch.object(parallel, 'make_mesh', lambda: real(jax.devices()[:2])):
@@ -146,7 +146,7 @@ def test_two_processes_fsdp_checkpoint_and_export(tmp_path):
       "  return config.lock()"))
   single_dir, multi_dir = str(tmp_path / 'single'), str(tmp_path / 'multi')
   outputs = finish(launch_pair(config_path, multi_dir))
-  written = sorted(os.listdir(os.path.join(multi_dir, 'checkpoints')))
+  written = sorted(os.listdir(os.path.join(multi_dir, 'train_state')))
   assert written == ['2', '4'], outputs[0][-2000:]
   finish([launch(config_path, single_dir, devices=4)])
   multi = npz_format.flatten(final_params(multi_dir))

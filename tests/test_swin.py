@@ -26,12 +26,12 @@ from vit_jax import models
 from vit_jax import models_swin
 from vit_jax.training import parallel
 from vit_jax.tools import predict
-from vit_jax.checkpoints import swin_timm
-from vit_jax.checkpoints import timm_format
+from vit_jax.weights import swin_timm
+from vit_jax.weights import timm_format
 from vit_jax import train
-from vit_jax.checkpoints import surgery
-from vit_jax.checkpoints import npz_format
-from vit_jax.checkpoints import loading
+from vit_jax.weights import surgery
+from vit_jax.weights import npz_format
+from vit_jax.weights import loading
 
 # Swin-testing's fields as timm keyword arguments (timm's SwinTransformer accepts them all).
 TINY = dict(patch_size=4, embed_dim=16, depths=(2, 2), num_heads=(2, 4), window_size=4)
@@ -378,7 +378,7 @@ def test_killed_run_resumes_to_identical_params(tmp_path, mock_cifar10):
   workdir = str(tmp_path / 'killed')
   with crash_at(4), pytest.raises(KeyboardInterrupt):
     train.train_and_evaluate(config, workdir)
-  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2']
+  assert sorted(os.listdir(os.path.join(workdir, 'train_state'))) == ['2']
   assert train.train_and_evaluate(config, workdir)['step'] == 4
   a = npz_format.flatten(checkpoint.load(os.path.join(workdir, 'params.npz')))
   b = npz_format.flatten(checkpoint.load(str(tmp_path / 'straight' / 'params.npz')))

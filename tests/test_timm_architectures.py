@@ -1,6 +1,6 @@
 """timm's architecture table: equal to timm's own definitions; hub folders load by it.
 
-`vit_jax/checkpoints/timm_architectures.py` holds every ViT, DeiT and Swin architecture of
+`vit_jax/weights/timm_architectures.py` holds every ViT, DeiT and Swin architecture of
 timm with published weights (170 in timm 1.0.31). `test_table_equals_timm` regenerates it in
 memory from timm and compares every entry. `test_hub_folder_as_published` covers every
 entry: the table's entries fall into 38 groups that differ only in sizes (width, heads, MLP
@@ -25,12 +25,12 @@ import numpy as np
 import pytest
 
 from vit_jax import models
-from vit_jax.checkpoints import loading
-from vit_jax.checkpoints import timm_architectures
-from vit_jax.checkpoints import timm_export
-from vit_jax.checkpoints import timm_declared
-from vit_jax.checkpoints import timm_vit
-from vit_jax.checkpoints.npz_format import CheckpointError
+from vit_jax.weights import loading
+from vit_jax.weights import timm_architectures
+from vit_jax.weights import timm_export
+from vit_jax.weights import timm_declared
+from vit_jax.weights import timm_vit
+from vit_jax.weights.npz_format import CheckpointError
 
 torch = pytest.importorskip('torch')
 timm = pytest.importorskip('timm')

@@ -17,9 +17,9 @@ import pytest
 from vit_jax import checkpoint
 from vit_jax.tools import cli
 from vit_jax import models
-from vit_jax.checkpoints import timm_export
-from vit_jax.checkpoints import metadata as metadata_lib
-from vit_jax.checkpoints import loading
+from vit_jax.weights import timm_export
+from vit_jax.weights import metadata as metadata_lib
+from vit_jax.weights import loading
 from vit_jax.data import image_ops
 from vit_jax import presets
 

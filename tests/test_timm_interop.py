@@ -23,9 +23,9 @@ from npz_fixtures import images, perturb
 from vit_jax import checkpoint
 from vit_jax import models
 from vit_jax import presets
-from vit_jax.checkpoints import npz_format
-from vit_jax.checkpoints import metadata as metadata_lib
-from vit_jax.checkpoints import architecture
+from vit_jax.weights import npz_format
+from vit_jax.weights import metadata as metadata_lib
+from vit_jax.weights import architecture
 
 NUM_CLASSES = 7
 
@@ -67,7 +67,7 @@ def timm_model_args(arch: architecture.Architecture) -> Tuple[str, Dict[str, Any
 
   timm's own `load_pretrained(npz)` then reads the file. Plain ViTs of any shape are timm's
   ViT-B/16 entry with every width overridden; hybrids must be official presets. Only these
-  tests need it (vit_jax writes timm hub folders instead: `checkpoints.timm_export`).
+  tests need it (vit_jax writes timm hub folders instead: `weights.timm_export`).
 
   Raises:
     CheckpointError: for what timm's npz loader cannot represent (pre_logits, Mixer,
@@ -78,7 +78,7 @@ def timm_model_args(arch: architecture.Architecture) -> Tuple[str, Dict[str, Any
   if arch.image_size:
     kwargs['img_size'] = arch.image_size
   problem = ('Mixer' if presets.family_of(config) == 'mixer' else
-             'Swin (timm reads its own .safetensors, see vit_jax/checkpoints/swin_timm.py)'
+             'Swin (timm reads its own .safetensors, see vit_jax/weights/swin_timm.py)'
              if presets.family_of(config) == 'swin' else
              'pre_logits' if config.representation_size is not None else
              f'posemb {config.posemb}' if config.posemb != 'learn' else

@@ -20,7 +20,7 @@ from PIL import Image
 from vit_jax import checkpoint
 from vit_jax import config_lib
 from vit_jax import models
-from vit_jax.checkpoints import loading
+from vit_jax.weights import loading
 from vit_jax.data import image_ops
 from vit_jax.tools import analyze
 from vit_jax.tools import cli

@@ -10,7 +10,7 @@ import pytest
 
 from vit_jax import checkpoint
 from vit_jax import config_lib
-from vit_jax.checkpoints import store
+from vit_jax.weights import store
 from vit_jax.tools import cli
 from vit_jax.tools import predict
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from vit_jax import checkpoint
-from vit_jax.checkpoints import resume
+from vit_jax.weights import resume
 from vit_jax import config_lib
 from vit_jax import main
 from vit_jax import models
@@ -23,7 +23,7 @@ from vit_jax.training import parallel
 from vit_jax.training import run_record
 from vit_jax.training import stages
 from vit_jax import train
-from vit_jax.checkpoints import npz_format
+from vit_jax.weights import npz_format
 
 
 def make_config(**overrides) -> ml_collections.ConfigDict:
@@ -189,9 +189,25 @@ def test_killed_run_resumes_to_identical_params(tmp_path, mock_cifar10, ema_deca
   workdir = str(tmp_path / 'killed')
   with crash_at(6), pytest.raises(KeyboardInterrupt):
     train.train_and_evaluate(config, workdir)
-  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2', '4']
+  assert sorted(os.listdir(os.path.join(workdir, 'train_state'))) == ['2', '4']
   result = train.train_and_evaluate(config, workdir)  # Continues at step 4.
   assert result['step'] == 6
+  assert_trees_close(final_params(workdir), final_params(str(tmp_path / 'straight')))
+
+
+def test_a_run_directory_of_an_earlier_version_resumes_from_its_checkpoints_folder(
+    tmp_path, mock_cifar10):
+  """Run directories written before 2026-11-27 hold their saved states in `checkpoints/`: a
+  rerun resumes from there and continues in place (nothing moved, nothing trained twice)."""
+  config = make_config(total_steps=6, checkpoint_every=2, eval_every=0)
+  train.train_and_evaluate(config, str(tmp_path / 'straight'))
+  workdir = str(tmp_path / 'old')
+  with crash_at(6), pytest.raises(KeyboardInterrupt):
+    train.train_and_evaluate(config, workdir)
+  os.rename(os.path.join(workdir, 'train_state'), os.path.join(workdir, 'checkpoints'))
+  assert train.train_and_evaluate(config, workdir)['step'] == 6
+  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2', '4', '6']
+  assert not os.path.exists(os.path.join(workdir, 'train_state'))
   assert_trees_close(final_params(workdir), final_params(str(tmp_path / 'straight')))
 
 
@@ -214,7 +230,7 @@ def test_resume_under_another_config_is_a_clear_error(tmp_path, mock_cifar10, fi
   with pytest.raises(ValueError, match=r'step 2 .* written by another config \(' + difference):
     train.train_and_evaluate(make_config(total_steps=4, eval_every=0, allow_changed_inputs=True,
                                          **second), workdir)
-  assert os.listdir(os.path.join(workdir, 'checkpoints')) == ['2']
+  assert os.listdir(os.path.join(workdir, 'train_state')) == ['2']
   assert open(os.path.join(workdir, 'params.npz'), 'rb').read() == npz  # Nothing overwritten.
 
 
@@ -235,7 +251,7 @@ def test_sigterm_saves_and_rerun_resumes(tmp_path, mock_cifar10):
   with mock.patch.object(train, 'make_train_step', factory):
     result = train.train_and_evaluate(config, workdir)
   assert result['stopped_at'] == 3
-  assert os.listdir(os.path.join(workdir, 'checkpoints')) == ['3']
+  assert os.listdir(os.path.join(workdir, 'train_state')) == ['3']
   assert not os.path.exists(os.path.join(workdir, 'params.npz'))
   assert train.train_and_evaluate(config, workdir)['step'] == 6
 
@@ -261,7 +277,7 @@ def test_sigterm_at_an_eval_step_saves_without_evaluating_first(tmp_path, mock_c
   with mock.patch.object(train, 'make_train_step', factory), mock.patch.object(
       train, 'run_eval', run_eval):
     assert train.train_and_evaluate(config, workdir)['stopped_at'] == 3
-    assert not evaluated and os.listdir(os.path.join(workdir, 'checkpoints')) == ['3']
+    assert not evaluated and os.listdir(os.path.join(workdir, 'train_state')) == ['3']
   assert train.train_and_evaluate(config, workdir)['step'] == 6
 
 
@@ -275,7 +291,7 @@ def test_rerunning_a_finished_run_says_so_and_trains_nothing(tmp_path, mock_cifa
     assert train.train_and_evaluate(config, workdir)['step'] == 2
   said = [r.getMessage() for r in caplog.records if 'already trained all 2 steps' in r.getMessage()]
   assert len(said) == 1, [r.getMessage() for r in caplog.records]
-  assert os.listdir(os.path.join(workdir, 'checkpoints')) == ['2']
+  assert os.listdir(os.path.join(workdir, 'train_state')) == ['2']
   assert_trees_close(final_params(workdir), params, atol=0)
 
 

@@ -16,7 +16,7 @@ import optax
 import pytest
 
 import forked
-from vit_jax.checkpoints import resume
+from vit_jax.weights import resume
 from vit_jax import config_lib
 from vit_jax import input_pipeline
 from vit_jax import models
@@ -24,8 +24,8 @@ from vit_jax.training import losses
 from vit_jax.training import optim
 from vit_jax.training import parallel
 from vit_jax import train
-from vit_jax.checkpoints import store
-from vit_jax.checkpoints import npz_format
+from vit_jax.weights import store
+from vit_jax.weights import npz_format
 from test_distributed import fixed_batch, run_steps, step_config, write_image_dataset
 from test_train import final_params, fixed_batch_step, make_config
 
@@ -56,7 +56,7 @@ def poisoned_optimizer(steps):
 
 
 def saved_steps(workdir):
-  return sorted(int(s) for s in os.listdir(os.path.join(workdir, 'checkpoints')))
+  return sorted(int(s) for s in os.listdir(os.path.join(workdir, 'train_state')))
 
 
 def assert_checkpoints_finite(workdir, config):
@@ -105,7 +105,7 @@ def test_inf_gradient_at_the_last_step_exports_nothing(tmp_path, mock_cifar10):
     train.train_and_evaluate(config, workdir)
   assert not os.path.exists(os.path.join(workdir, 'params.npz'))
   assert not os.path.exists(os.path.join(workdir, store.METADATA_FILE))
-  assert not os.listdir(os.path.join(workdir, 'checkpoints'))
+  assert not os.listdir(os.path.join(workdir, 'train_state'))
 
 
 HOOKED_MAIN = '''
@@ -139,7 +139,7 @@ def test_cli_exits_1_with_one_line_on_a_non_finite_step(tmp_path):
   errors = [line for line in proc.stderr.splitlines() if line.startswith('error:')]
   assert len(errors) == 1 and 'NaN/inf between steps 1 and 2' in errors[0], proc.stderr[-3000:]
   assert 'Traceback' not in proc.stderr and 'Done.' not in proc.stdout
-  assert not os.path.exists(workdir / 'params.npz') and not os.listdir(workdir / 'checkpoints')
+  assert not os.path.exists(workdir / 'params.npz') and not os.listdir(workdir / 'train_state')
 
 
 def test_weight_average_forgets_its_start():

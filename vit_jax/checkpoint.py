@@ -1,22 +1,22 @@
 """Published `.npz` checkpoints: load into the Linen tree, save, and load for fine-tuning.
 
-The official module's API (`load`, `save`, `load_pretrained`), built from `vit_jax.checkpoints`:
+The official module's API (`load`, `save`, `load_pretrained`), built from `vit_jax.weights`:
 `npz_format` (the file and its legacy names), `store` (published names, download and cache),
 `surgery` (heads, position embeddings, the tree check), `metadata` (what an export is),
 `architecture` (the model a file's shapes describe) and `loading` (a source opened once, then
 fitted to a model). timm-format checkpoints (a hub folder, a `.safetensors` file,
-`hf-hub:timm/<name>`) are read through `checkpoints.timm_format` behind the same calls. This is the
-official API on top of `checkpoints`: training's export and the tools may use it, nothing in
-`checkpoints` does.
+`hf-hub:timm/<name>`) are read through `weights.timm_format` behind the same calls. This is the
+official API on top of `weights`: training's export and the tools may use it, nothing in
+`weights` does.
 """
 
 from typing import Any, Mapping, Optional, Sequence
 
-from vit_jax.checkpoints import loading
-from vit_jax.checkpoints import metadata as metadata_lib
-from vit_jax.checkpoints import npz_format
-from vit_jax.checkpoints import store
-from vit_jax.checkpoints.npz_format import CheckpointError, Params
+from vit_jax.weights import loading
+from vit_jax.weights import metadata as metadata_lib
+from vit_jax.weights import npz_format
+from vit_jax.weights import store
+from vit_jax.weights.npz_format import CheckpointError, Params
 
 __all__ = ['CheckpointError', 'load', 'load_pretrained', 'save']
 
@@ -53,11 +53,11 @@ def load_pretrained(*, pretrained_path: str, init_params: Mapping[str, Any], mod
 
   Args:
     pretrained_path: local .npz, run directory, gs:// or https:// path, a published name
-      (see `store.resolve_name`) or a timm-format source.
+      (see `store.locate`) or a timm-format source.
     init_params: freshly initialised params of the fine-tuning model.
     model_config: the model's ConfigDict/dict (family, classifier, representation_size).
     grid_shape: (rows, cols) token grid of the fine-tuning model; needed for non-square inputs.
-    cache_dir: where remote files are cached (default: `checkpoints/`).
+    cache_dir: where remote files are cached (default: `store.default_cache_dir()`).
     keep_head: keep the checkpoint's head (same label set, e.g. fine-tuning at a higher
       resolution on the pretraining dataset); by default it is replaced, as officially.
 

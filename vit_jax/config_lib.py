@@ -147,7 +147,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.progress_every = 10  # Log (and write metrics) every so many steps.
   c.eval_every = 100  # Evaluate every so many steps (and at the end).
   c.checkpoint_every = 1_000  # Orbax checkpoint every so many steps (and at the end); 0 = end only.
-  c.keep_checkpoints = 3  # Checkpoints kept in workdir/checkpoints.
+  c.keep_checkpoints = 3  # Saved train states kept in workdir/train_state.
   # Few-shot linear evaluation of the frozen pre-logits during training (vit_jax/training/
   # fewshot.py): metrics fewshot/<dataset>_<k>shot, mean test accuracy over the seeds.
   c.fewshot = ml_collections.ConfigDict()

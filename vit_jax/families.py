@@ -3,9 +3,9 @@
 A record declares everything the package does differently per family: its preset defaults
 (`extras`), its token geometry, its `runlocal` size, and by name the pieces that live in the
 layer that owns them: its Flax module (models), the reader that describes its files from their
-shapes (checkpoints) and its analytic FLOPs counter (tools). This module is the lowest layer
+shapes (weights) and its analytic FLOPs counter (tools). This module is the lowest layer
 (no jax, no other vit_jax import): a name is resolved by the layer that owns the named object
-(`models.get_model`, `checkpoints.architecture.architecture`, `tools.flops.count_flops`), never
+(`models.get_model`, `weights.architecture.architecture`, `tools.flops.count_flops`), never
 here, so no import runs back up. docs/architecture.md, "Model families", shows the record.
 """
 
@@ -24,7 +24,7 @@ VIT_EXTRAS = dict(
     remat=False,  # Recompute each block in backward: less activation memory.
     attention_impl='xla',  # 'heads_first' (fastest on CPU) or 'fused' (cuDNN flash on GPU).
     head_bias_init=0.,  # -10 for sigmoid pretraining (big_vision i21k).
-    # What timm's ViT families need (checkpoints/timm_vit.py reads their files); all off here.
+    # What timm's ViT families need (weights/timm_vit.py reads their files); all off here.
     activation='gelu_tanh',  # MLP activation: 'gelu_tanh' (official), 'gelu' (exact), 'quick_gelu'.
     layer_norm_eps=1e-6,  # LayerNorm epsilon (timm's CLIP towers: 1e-5).
     layer_scale=0.,  # LayerScale init value (DeiT-III 1e-6, DINOv2 1e-5); 0 = no LayerScale.
@@ -66,7 +66,7 @@ class Family:
     shrink: makes a model config the `runlocal` size (one block, width 16) in place.
     module: 'package.module.Class' of its Flax module, resolved by `models.get_model`.
     shape_reader: 'package.module.NAME' of its `shape_readers.ShapeReader`, resolved by
-      `checkpoints.architecture` (the reader of its files' shapes).
+      `weights.architecture` (the reader of its files' shapes).
     flops: 'package.module.NAME' of its `tools.flops.FlopsCounter`, or None when only XLA
       counts it (`flops --xla`).
   """
@@ -184,26 +184,26 @@ FAMILIES: Dict[str, Family] = _register(
            token_stride=_patch_size, token_grid=_patch_grid,
            finetune_resolution=_round_up, input_multiple=_patch_size, shrink=_shrink_vit,
            module='vit_jax.models_vit.VisionTransformer',
-           shape_reader='vit_jax.checkpoints.shape_readers.VIT_READER',
+           shape_reader='vit_jax.weights.shape_readers.VIT_READER',
            flops='vit_jax.tools.flops.VIT_FLOPS'),
     Family('hybrid', 'ResNet+ViT hybrid', VIT_EXTRAS, True,
            token_stride=lambda c: _patch_size(c) * 2**_hybrid_root_steps(c),
            token_grid=_hybrid_grid, finetune_resolution=_round_up,
            input_multiple=lambda c: 1, shrink=_shrink_hybrid,
            module='vit_jax.models_vit.VisionTransformer',
-           shape_reader='vit_jax.checkpoints.shape_readers.VIT_READER',
+           shape_reader='vit_jax.weights.shape_readers.VIT_READER',
            flops='vit_jax.tools.flops.VIT_FLOPS'),
     Family('mixer', 'Mixer', {}, False,
            token_stride=_patch_size, token_grid=_patch_grid,
            finetune_resolution=_round_up, input_multiple=_patch_size, shrink=_shrink_mixer,
            module='vit_jax.models_mixer.MlpMixer',
-           shape_reader='vit_jax.checkpoints.shape_readers.MIXER_READER', flops=None),
+           shape_reader='vit_jax.weights.shape_readers.MIXER_READER', flops=None),
     # Its published resolution: the last stage is one window.
     Family('swin', 'Swin', SWIN_EXTRAS, False, token_stride=_swin_stride, token_grid=_swin_grid,
            finetune_resolution=lambda c, target: c['window_size'] * _swin_stride(c),
            input_multiple=_patch_size, shrink=_shrink_swin,
            module='vit_jax.models_swin.SwinTransformer',
-           shape_reader='vit_jax.checkpoints.shape_readers.SWIN_READER',
+           shape_reader='vit_jax.weights.shape_readers.SWIN_READER',
            flops='vit_jax.tools.flops.SWIN_FLOPS'),
     # Any size works: SAME padding and global average pooling.
     Family('resnet', 'ResNet', RESNET_EXTRAS, False,
@@ -211,5 +211,5 @@ FAMILIES: Dict[str, Family] = _register(
            finetune_resolution=lambda c, target: target, input_multiple=lambda c: 1,
            shrink=_shrink_resnet,
            module='vit_jax.models_resnet.ResNet',
-           shape_reader='vit_jax.checkpoints.shape_readers.RESNET_READER', flops=None),
+           shape_reader='vit_jax.weights.shape_readers.RESNET_READER', flops=None),
 )

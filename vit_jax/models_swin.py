@@ -1,7 +1,7 @@
 """Swin Transformer (Liu et al. 2021): shifted-window attention over a 4-stage hierarchy.
 
 The official design as timm 1.0's `swin_transformer.py` builds it, so timm's weights run here
-with timm's logits (`checkpoints/swin_timm.py` converts them): a 4x4 patch embedding + LayerNorm;
+with timm's logits (`weights/swin_timm.py` converts them): a 4x4 patch embedding + LayerNorm;
 stages at H/4, H/8, H/16, H/32, each but the first opening with patch merging (2x2 neighbours
 → 4C → LayerNorm → Linear to 2C without bias); blocks alternating W-MSA and SW-MSA (cyclic
 shift by half a window, with an attention mask keeping the wrapped regions apart); a learned

@@ -4,7 +4,7 @@ Flow: dataset info → model → initial state (workdir checkpoint > pretrained 
 jit-compiled data-parallel `train_step` over a 1-D mesh → periodic progress, eval and orbax
 checkpoints → `workdir/params.npz` in the published format. What the loop is built from lives
 in `vit_jax.training` (state, losses, progress, stop, export, stages) and the resumable
-checkpoints in `vit_jax.checkpoints.resume`.
+checkpoints in `vit_jax.weights.resume`.
 """
 
 import functools
@@ -22,7 +22,7 @@ from clu import metric_writers
 from jax.sharding import Mesh
 
 from vit_jax import input_pipeline
-from vit_jax.checkpoints import resume
+from vit_jax.weights import resume
 from vit_jax.training import distill
 from vit_jax.training import export
 from vit_jax.training import fewshot
@@ -225,7 +225,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   """Trains (or continues training) per `config` in `workdir`; returns final eval metrics.
 
   Writes TensorBoard events, `metrics.jsonl` + `curves.png`, orbax checkpoints under
-  `workdir/checkpoints` and the final `workdir/params.npz`. Returns `{'step': total, ...}` when
+  `workdir/train_state` and the final `workdir/params.npz`. Returns `{'step': total, ...}` when
   finished, or `{'stopped_at': step, ...}` when SIGTERM stopped it with steps left (a checkpoint
   saved, no params.npz; `python -m vit_jax.main` exits 143 then). Without `config.model` the
   model is the one `config.pretrained_path` holds (`from_checkpoint.with_checkpoint_model`).

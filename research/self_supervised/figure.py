@@ -3,7 +3,7 @@ r"""MAE's reconstructions as a picture: masked inputs, reconstructions and origi
   python -m research.self_supervised.figure --workdir=runs/ssl/mae_e4 \
       --out=docs/self_supervised/mae_reconstructions.png
 
-Reads an MAE run directory (`run.json`'s config and the newest checkpoint in `checkpoints/`,
+Reads an MAE run directory (`run.json`'s config and the newest saved train state in `train_state/`,
 which holds the decoder; the exported params.npz is the encoder alone), hides `mask_ratio` of
 the patches of the first `--images` images of the test split with a fixed seed, and draws one
 column per image: the masked input (hidden patches grey), the reconstruction (the visible
@@ -27,7 +27,7 @@ from absl import app
 from absl import flags
 
 from vit_jax import input_pipeline
-from vit_jax.checkpoints import resume
+from vit_jax.weights import resume
 from vit_jax.training import mae
 from vit_jax.training import masked
 
@@ -41,11 +41,11 @@ def load_run(workdir: str) -> Tuple[ml_collections.ConfigDict, Any, int]:
     config = ml_collections.ConfigDict(json.load(f)['config'])
   if config.trainer != 'mae':
     raise ValueError(f'{workdir} was trained with trainer={config.trainer!r}; the picture needs '
-                     'an MAE run (trainer=mae), whose checkpoints hold the decoder.')
+                     'an MAE run (trainer=mae), whose saved train states hold the decoder.')
   manager = resume.make_checkpoint_manager(workdir, config)
   step = manager.latest_step()
   if step is None:
-    raise ValueError(f'{workdir}/checkpoints holds no checkpoint; train the run first.')
+    raise ValueError(f'{manager.directory} holds no saved train state; train the run first.')
   state = manager.restore(step, args=ocp.args.StandardRestore())
   return config, jax.device_get(state['params']), step
 

@@ -10,7 +10,7 @@ skipped, so a killed measurement continues where it stopped (an unfinished run r
 its workdir). Each results file holds the command, its start and end (UTC), its wall time, the
 machine and what the run reported last (eval metrics of the final step, or fewshot's JSON).
 A failed step is reported and the next one runs. `--only=NAME+NAME` runs those steps; the
-order of `plan()` is the plan (1% first, 100% last).
+order of `plan()` is the plan (seed 0: 1% first, 100% last; then slices 1 and 2).
 `--out` must hold `data/` (research/small_data/folders.py: Fashion-MNIST as image folders).
 """
 
@@ -26,6 +26,8 @@ from typing import Any, Dict, List, Tuple
 from absl import app
 from absl import flags
 
+from research.self_supervised.naming import finetune_name
+
 _OUT = flags.DEFINE_string('out', 'runs/ssl', 'Run directories (and data/, the study folders).')
 _RESULTS = flags.DEFINE_string('results', 'docs/self_supervised/results',
                                'One NAME.json per finished step.')
@@ -33,13 +35,15 @@ _ONLY = flags.DEFINE_string('only', '', 'NAME+NAME: run only these steps.')
 _MACHINE = flags.DEFINE_string('machine', '2 vCPUs, shared, no GPU', 'Written in each result.')
 
 MAIN = ('python', '-m', 'vit_jax.main')
-STUDY = 'configs/study_fashion_mnist.py:model=vit4,seed=0,root={out}/data'
+STUDY = 'configs/study_fashion_mnist.py:model=vit4,seed={seed},root={{out}}/data'
 STEPS = {'1': 1000, '5': 1500, '100': 1000}  # The study's steps per data fraction (round 2).
 PRETRAIN = {  # Shortened from the recipe's 30 epochs to fit the session (docs: Results).
     'mae': ('--config.num_epochs=4', '--config.warmup_steps=60'),
     'mpp': ('--config.num_epochs=1', '--config.warmup_steps=25'),
 }
 ENCODERS = {'mae': 'mae_e4', 'mpp': 'mpp_e1', 'sup': 'scratch_p100'}
+STARTS = ('mae', 'mpp', 'sup', 'scratch')  # 'scratch': no pretrained_path.
+SEEDS = (1, 2)  # The study's other slices at 1% and 5% (seed 0's cells are the plan's first).
 
 
 def pretrain(method: str) -> Tuple[str, ...]:
@@ -48,10 +52,21 @@ def pretrain(method: str) -> Tuple[str, ...]:
           f'--workdir={{out}}/{ENCODERS[method]}')
 
 
-def finetune(name: str, pct: str, encoder: str = '') -> Tuple[str, ...]:
+def finetune(name: str, pct: str, encoder: str = '', seed: int = 0) -> Tuple[str, ...]:
   start = (f'--config.pretrained_path={{out}}/{ENCODERS[encoder]}',) if encoder else ()
-  return (*MAIN, f'--config={STUDY},pct={pct},steps={STEPS[pct]}', *start,
+  return (*MAIN, f'--config={STUDY.format(seed=seed)},pct={pct},steps={STEPS[pct]}', *start,
           f'--workdir={{out}}/{name}')
+
+
+def other_slices() -> List[Tuple[str, Tuple[str, ...]]]:
+  """Every start on the study's slices 1 and 2 at 1%, then at 5% (seed 0 is the plan's own)."""
+  steps = []
+  for pct in ('1', '5'):
+    for seed in SEEDS:
+      for start in STARTS:
+        name = finetune_name(start, pct, seed)
+        steps.append((name, finetune(name, pct, '' if start == 'scratch' else start, seed)))
+  return steps
 
 
 def fewshot(encoder: str) -> Tuple[str, ...]:
@@ -75,6 +90,7 @@ def plan() -> List[Tuple[str, Tuple[str, ...]]]:
       ('ft_sup_p5', finetune('ft_sup_p5', '5', 'sup')),
       ('ft_mae_p100', finetune('ft_mae_p100', '100', 'mae')),
       ('ft_mpp_p100', finetune('ft_mpp_p100', '100', 'mpp')),
+      *other_slices(),
   ]
 
 

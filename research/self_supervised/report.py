@@ -4,19 +4,24 @@ r"""The results table of docs/self_supervised.md, from the measurement's results
 
 Prints markdown: test accuracy after fine-tuning on 1%, 5% and 100% of the labels (the
 small-data study's slices, seed 0) from each start, and the few-shot linear accuracy of each
-encoder. A cell without a results file reads "not run". The from-scratch cells at 1% and 5%
+encoder; then, at 1% and 5%, each start over the study's three slices (seeds 0-2): the mean
+with its 95% t-interval, and its difference from scratch paired by slice, with its interval and
+the verdict that interval supports (`research.small_data.report.verdict`). A cell without a
+results file reads "not run". The from-scratch cells at 1% and 5%
 come from the study's round 2 (`--study_results`, runs vit_p1_s0_p4 and vit_p5_s0_p4: the same
 command without `pretrained_path`) when this measurement has no run of its own for them.
 """
 
+import glob
 import json
 import os
-from typing import Any, Dict, Optional
-
-import glob
+from typing import Any, Dict, List, Optional, Sequence
 
 from absl import app
 from absl import flags
+
+from research.self_supervised.naming import finetune_name
+from research.small_data import report as study_report
 
 _RESULTS = flags.DEFINE_string('results', 'docs/self_supervised/results', 'NAME.json files.')
 _STUDY = flags.DEFINE_string('study_results', 'docs/study/results.jsonl',
@@ -27,6 +32,7 @@ STARTS = (('MAE encoder', 'mae', 'fewshot_mae'), ('MPP encoder', 'mpp', 'fewshot
           ('scratch (random init)', 'scratch', 'fewshot_random'),
           ('supervised encoder (all 54k labels)', 'sup', 'fewshot_sup'))
 STUDY_SCRATCH = {'1': 'vit_p1_s0_p4', '5': 'vit_p5_s0_p4'}
+SLICES = (0, 1, 2)  # The study's slices (seeds) at 1% and 5%.
 
 
 def load(results: str, name: str) -> Optional[Dict[str, Any]]:
@@ -44,10 +50,56 @@ def study_runs(path: str) -> Dict[str, Dict[str, Any]]:
     return {r['name']: r for r in map(json.loads, filter(str.strip, f))}
 
 
+def slice_accuracy(results: str, start: str, pct: str, seed: int,
+                   study: Dict[str, Any]) -> Optional[float]:
+  """Test accuracy (points) of `start` fine-tuned on slice `seed` of `pct`%, None if not run;
+  scratch on slice 0 is the study's round-2 run when this measurement has none."""
+  record = load(results, finetune_name(start, pct, seed))
+  if record:
+    return 100 * record['final']['accuracy_test']
+  if (start, seed) == ('scratch', 0) and STUDY_SCRATCH.get(pct) in study:
+    return 100 * study[STUDY_SCRATCH[pct]]['accuracy_test']
+  return None
+
+
+def _interval(values: Sequence[float], signed: bool = False) -> str:
+  mean, low, high = study_report.t_interval(values)
+  fmt = '{:+.2f}' if signed else '{:.2f}'
+  return f'{fmt.format(mean)} [{fmt.format(low)}, {fmt.format(high)}]'
+
+
+def slices_table(results: str, study_path: str) -> str:
+  """Each start at 1% and 5% over the three slices: mean [95% interval], and minus scratch
+  paired by slice [interval] with its verdict; 'n of 3 slices run' until all three are in."""
+  study = study_runs(study_path)
+  lines = ['| start of fine-tuning | 1%: mean of 3 slices [95% CI] | 1%: − scratch, paired '
+           '[95% CI] | 5%: mean of 3 slices [95% CI] | 5%: − scratch, paired [95% CI] |',
+           '| --- | --- | --- | --- | --- |']
+  for label, start, _ in STARTS:
+    cells: List[str] = []
+    for pct in ('1', '5'):
+      accs = [slice_accuracy(results, start, pct, s, study) for s in SLICES]
+      scratch = [slice_accuracy(results, 'scratch', pct, s, study) for s in SLICES]
+      run = [a for a in accs if a is not None]
+      if len(run) < len(SLICES):
+        cells += [f'{len(run)} of {len(SLICES)} slices run'] * 2
+        continue
+      cells.append(_interval(run))
+      if start == 'scratch':
+        cells.append('–')
+      elif None in scratch:
+        cells.append('scratch not run on every slice')
+      else:
+        diffs = [a - b for a, b in zip(accs, scratch)]
+        cells.append(f'{_interval(diffs, signed=True)}: gain '
+                     f'{study_report.verdict(diffs, "greater")}')
+    lines.append(f"| {label} | {' | '.join(cells)} |")
+  return '\n'.join(lines)
+
+
 def finetune_cell(results: str, start: str, pct: str, study: Dict[str, Any]) -> str:
   """'82.31% (1000 steps, 9m12s)', a study run's accuracy (named), or 'not run'."""
-  name = 'scratch_p100' if (start, pct) == ('scratch', '100') else f'ft_{start}_p{pct}'
-  record = load(results, name)
+  record = load(results, finetune_name(start, pct))
   if record:
     final = record['final']
     return (f"{100 * final['accuracy_test']:.2f}% ({final['step']} steps, "
@@ -95,6 +147,8 @@ def table(results: str, study_path: str) -> str:
 def main(argv):
   del argv
   print(table(_RESULTS.value, _STUDY.value))
+  print()
+  print(slices_table(_RESULTS.value, _STUDY.value))
 
 
 if __name__ == '__main__':

@@ -67,7 +67,7 @@ def forward_flops(meta: Mapping[str, Any]) -> Tuple[float, str]:
 
 def _read_metadata(npz_path_or_dir: str) -> Optional[Dict[str, Any]]:
   """A run's metadata.json as the package reads it (its model always declares `family`)."""
-  from vit_jax.checkpoints import metadata  # Lazily, as `_forward_flops`.
+  from vit_jax.weights import metadata  # Lazily, as `_forward_flops`.
   return metadata.read_metadata(npz_path_or_dir)
 
 

@@ -30,7 +30,7 @@ from vit_jax.tools import cli
 from vit_jax.tools import features
 from vit_jax import models
 from vit_jax import presets
-from vit_jax.checkpoints import loading
+from vit_jax.weights import loading
 
 
 _NUM_COMPONENTS = flags.DEFINE_integer(

@@ -18,9 +18,9 @@ from absl import flags
 
 from vit_jax import checkpoint
 from vit_jax.tools import cli
-from vit_jax.checkpoints import timm_files
-from vit_jax.checkpoints import timm_export
-from vit_jax.checkpoints import loading
+from vit_jax.weights import timm_files
+from vit_jax.weights import timm_export
+from vit_jax.weights import loading
 
 
 for _name in ('checkpoint', 'model', 'image_size', 'out'):  # Defined in cli.py.

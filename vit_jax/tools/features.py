@@ -1,6 +1,6 @@
 """Features of a trained ViT for inspection: images in, embeddings/tokens/attention out.
 
-`checkpoints.loading.load_model` reads a checkpoint into the model its shapes describe;
+`weights.loading.load_model` reads a checkpoint into the model its shapes describe;
 `extract_features` runs that same model and param tree
 once with Flax's `capture_intermediates` plus the attention weights each block sows, so the
 numbers are exactly those of the forward pass that makes predictions (no second model).

@@ -5,7 +5,7 @@
   python -m vit_jax.fewshot --checkpoint=runs/quickstart/pretrain --dataset=fashion_mnist \
       --random_init_seed=0
 
-The checkpoint is anything `checkpoints.loading.load_model` reads (a published name or npz, a run
+The checkpoint is anything `weights.loading.load_model` reads (a published name or npz, a run
 directory, a timm hub folder or .safetensors file, Swin included); its pre-logit features of the
 training and test splits of `--dataset` (a TFDS name or an image folder, split strings in TFDS
 syntax) are extracted over all local devices, and `training.fewshot` fits k shots per class
@@ -25,7 +25,7 @@ import ml_collections
 from absl import flags
 
 from vit_jax import config_lib
-from vit_jax.checkpoints import loading
+from vit_jax.weights import loading
 from vit_jax.tools import cli
 from vit_jax.training import fewshot
 from vit_jax.training import parallel

@@ -39,7 +39,7 @@ from vit_jax import families
 from vit_jax import models
 from vit_jax import position_embeddings
 from vit_jax import presets
-from vit_jax.checkpoints import loading
+from vit_jax.weights import loading
 
 PARTS = ('resnet', 'patch_embedding', 'patch_merging', 'qkv_out_projections', 'attention',
          'relative_position', 'mlp', 'head')

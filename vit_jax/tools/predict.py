@@ -4,7 +4,7 @@
   python -m vit_jax.predict --checkpoint=runs/quickstart/finetune img.png
   python -m vit_jax.predict --checkpoint=model.npz --labels=cifar10 --json img/
 
-The model is read from the checkpoint itself (`checkpoints.architecture`; a run directory's
+The model is read from the checkpoint itself (`weights.architecture`; a run directory's
 metadata.json adds what shapes cannot say). `--model` (a preset name or a .py file whose
 `get_config()` returns a model ConfigDict) is only a check that the file is that model.
 
@@ -27,7 +27,7 @@ from absl import logging
 
 from vit_jax.data import image_ops
 from vit_jax.tools import cli
-from vit_jax.checkpoints import loading
+from vit_jax.weights import loading
 
 LABEL_SETS = ('imagenet1k', 'imagenet21k', 'cifar10', 'cifar100', 'fashion_mnist')
 # Only unambiguous sizes pick a label set by default (cifar10 and fashion_mnist both have 10).

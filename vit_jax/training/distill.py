@@ -19,7 +19,7 @@ from jax.sharding import Mesh
 
 from vit_jax import config_lib
 from vit_jax.training import parallel
-from vit_jax.checkpoints import loading
+from vit_jax.weights import loading
 
 
 

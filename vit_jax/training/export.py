@@ -11,8 +11,8 @@ import jax
 from absl import logging
 
 from vit_jax import checkpoint
-from vit_jax.checkpoints import metadata as metadata_lib
-from vit_jax.checkpoints import store
+from vit_jax.weights import metadata as metadata_lib
+from vit_jax.weights import store
 from vit_jax.training import losses
 from vit_jax.training import masked
 from vit_jax.training import parallel

@@ -11,8 +11,8 @@ from typing import Optional
 import ml_collections
 from absl import logging
 
-from vit_jax.checkpoints import loading
-from vit_jax.checkpoints import store
+from vit_jax.weights import loading
+from vit_jax.weights import store
 from vit_jax.data import image_ops
 
 

@@ -17,7 +17,7 @@ from vit_jax import config_lib
 from vit_jax import models
 from vit_jax import models_masked
 from vit_jax import presets
-from vit_jax.checkpoints import store
+from vit_jax.weights import store
 from vit_jax.training import mae
 from vit_jax.training import mpp
 

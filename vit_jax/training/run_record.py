@@ -27,10 +27,10 @@ import ml_collections
 from absl import logging
 
 from vit_jax import input_pipeline
-from vit_jax.checkpoints import metadata as metadata_lib
-from vit_jax.checkpoints import store
-from vit_jax.checkpoints import timm_files
-from vit_jax.checkpoints.architecture import plain_config
+from vit_jax.weights import metadata as metadata_lib
+from vit_jax.weights import store
+from vit_jax.weights import timm_files
+from vit_jax.weights.architecture import plain_config
 from vit_jax.data import image_ops
 from vit_jax.training import parallel
 
@@ -93,9 +93,8 @@ def read(workdir: str) -> Optional[Dict[str, Any]]:
 
 def has_trained(workdir: str) -> bool:
   """Whether `workdir` holds weights to protect: a checkpoint or an export."""
-  ckpt_dir = os.path.join(workdir, 'checkpoints')
   return (os.path.exists(os.path.join(workdir, store.PARAMS_FILE))
-          or (os.path.isdir(ckpt_dir) and any(name.isdigit() for name in os.listdir(ckpt_dir))))
+          or store.has_saved_state(workdir))
 
 
 def _dataset_changes(recorded: Dict[str, Any], now: Dict[str, Any]) -> List[str]:

@@ -14,6 +14,7 @@ import numpy as np
 from absl import logging
 
 from vit_jax.training import parallel
+from vit_jax.weights import store
 
 STAGE1_FILE = 'stage1.json'  # In the fine-tuning workdir: the stage-1 export it started from.
 
@@ -41,9 +42,8 @@ def _read_stage1(fine_dir: str) -> Optional[Dict[str, Any]]:
 
 def _has_progress(fine_dir: str) -> bool:
   """Whether stage 2 already trained here (a checkpoint or an export to resume or reuse)."""
-  ckpt_dir = os.path.join(fine_dir, 'checkpoints')
-  return (os.path.exists(os.path.join(fine_dir, 'params.npz'))
-          or (os.path.isdir(ckpt_dir) and bool(os.listdir(ckpt_dir))))
+  return (os.path.exists(os.path.join(fine_dir, store.PARAMS_FILE))
+          or store.has_saved_state(fine_dir))
 
 
 def _free_name(path: str) -> str:

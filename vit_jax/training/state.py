@@ -18,8 +18,8 @@ from jax.sharding import Mesh
 from vit_jax import config_lib
 from vit_jax import input_pipeline
 from vit_jax import models
-from vit_jax.checkpoints import loading
-from vit_jax.checkpoints import store
+from vit_jax.weights import loading
+from vit_jax.weights import store
 from vit_jax.data import image_ops
 from vit_jax import families
 from vit_jax import presets
@@ -171,7 +171,7 @@ def state_shardings(trainer: Trainer) -> Any:
 
 def abstract_state(trainer: Trainer) -> State:
   """The train state as `jax.ShapeDtypeStruct`s with their shardings: what a checkpoint restores
-  into (`checkpoints.resume.restore_or_init`)."""
+  into (`weights.resume.restore_or_init`)."""
   return jax.tree.map(lambda x, sharding: jax.ShapeDtypeStruct(x.shape, x.dtype,
                                                                sharding=sharding),
                       init_state(trainer, abstract=True), state_shardings(trainer))

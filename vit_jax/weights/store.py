@@ -1,10 +1,11 @@
-"""Where checkpoints are: published names and folders, HTTP download and the local cache.
+"""Where checkpoints are: published names and folders, HTTP download, the local cache, and the
+names of what a run writes in its directory.
 
 A checkpoint is named by a local .npz, a run directory (its `params.npz`), a gs:// or https://
-address (downloaded once into the cache, `checkpoints/` beside the package or
-`$VIT_JAX_CHECKPOINTS`), a published name ('ViT-B_16', 'augreg/<file stem>'; the folders are
-`presets.PUBLISHED_DIRS`) or a timm-format source; `locate` says which, once. The AugReg
-folder's index.csv picks the best file of a model, as the official code does.
+address (downloaded once into the cache, `default_cache_dir`), a published name ('ViT-B_16',
+'augreg/<file stem>'; the folders are `presets.PUBLISHED_DIRS`) or a timm-format source;
+`locate` says which, once. The AugReg folder's index.csv picks the best file of a model, as the
+official code does.
 """
 
 import csv
@@ -15,23 +16,54 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 from absl import logging
 
 from vit_jax import presets
-from vit_jax.checkpoints import timm_files
-from vit_jax.checkpoints.npz_format import CheckpointError
+from vit_jax.weights import timm_files
+from vit_jax.weights.npz_format import CheckpointError
 
 # What a run exports beside its metadata (train.py writes both into the run directory).
 PARAMS_FILE = 'params.npz'
 METADATA_FILE = 'metadata.json'
 
+STATE_DIR = 'train_state'  # workdir/train_state/<step>: the saved train states of a run.
+LEGACY_STATE_DIR = 'checkpoints'  # Its name in run directories written before 2026-11-27.
+
+
+def state_dir(workdir: str) -> str:
+  """Where `workdir` keeps its saved train states: `train_state/`, or the `checkpoints/` of a run
+  directory written by an earlier version (resumed and continued in place, never moved: a move
+  could race with another process of the same run)."""
+  new, old = os.path.join(workdir, STATE_DIR), os.path.join(workdir, LEGACY_STATE_DIR)
+  return old if os.path.isdir(old) and not os.path.isdir(new) else new
+
+
+def has_saved_state(workdir: str) -> bool:
+  """Whether `workdir` holds at least one saved train state (a step folder)."""
+  directory = state_dir(workdir)
+  return os.path.isdir(directory) and any(name.isdigit() for name in os.listdir(directory))
+
+
+CACHE_ENV = 'VIT_JAX_CACHE'
+
 
 def default_cache_dir() -> str:
-  """`$VIT_JAX_CHECKPOINTS`, else the `checkpoints/` folder beside the `vit_jax` package."""
+  """Where remote checkpoints are downloaded: `$VIT_JAX_CACHE`, else `vit_jax/` in the user's cache
+  folder (`$XDG_CACHE_HOME`, else `~/.cache`), as timm's and torch's caches: outside the source
+  tree, so a pip-installed package never writes into site-packages."""
+  if os.environ.get(CACHE_ENV):
+    return os.environ[CACHE_ENV]
+  base = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache')
+  return os.path.join(base, 'vit_jax')
+
+
+def legacy_cache_dirs() -> List[str]:
+  """The download caches of versions before 2026-11-27 (`$VIT_JAX_CHECKPOINTS`, else
+  `checkpoints/` beside the package): read, never written, so their files are not fetched again."""
   here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  return os.environ.get('VIT_JAX_CHECKPOINTS', os.path.join(here, 'checkpoints'))
+  return [os.environ.get('VIT_JAX_CHECKPOINTS') or os.path.join(here, 'checkpoints')]
 
 
 def is_remote(path: str) -> bool:
@@ -50,6 +82,21 @@ def cache_path(path: str, cache_dir: Optional[str] = None) -> str:
   """Local cache file of a remote checkpoint, keeping bucket/host and folders apart."""
   parsed = urllib.parse.urlparse(path)
   return os.path.join(cache_dir or default_cache_dir(), parsed.netloc, parsed.path.lstrip('/'))
+
+
+def cached(path: str, cache_dir: Optional[str] = None) -> Optional[str]:
+  """The local copy of remote `path` if one was downloaded: in `cache_dir` (default: the cache,
+  then an earlier version's cache, named in the log), else None."""
+  local = cache_path(path, cache_dir)
+  if os.path.exists(local):
+    return local
+  for old_dir in () if cache_dir else legacy_cache_dirs():
+    old = cache_path(path, old_dir)
+    if os.path.exists(old):
+      logging.info('Using %s from the old download cache %s (the cache is now %s).', path,
+                   old_dir, default_cache_dir())
+      return old
+  return None
 
 
 def download(url: str, dest: str, *, progress: bool = True) -> str:
@@ -86,15 +133,16 @@ def _copy_with_progress(src, dst, total: int, label: str, progress: bool) -> Non
 def resolve(path: str, cache_dir: Optional[str] = None) -> str:
   """A local file for `path`: itself, or its cached download (fetched once) if remote."""
   if is_remote(path):
-    local = cache_path(path, cache_dir)
-    if not os.path.exists(local):
+    local = cached(path, cache_dir)
+    if local is None:
+      local = cache_path(path, cache_dir)
       logging.info('Downloading %s to %s', path, local)
       download(https_url(path), local)
     return local
   if not os.path.isfile(path):
     raise CheckpointError(
         f'Could not find checkpoint "{path}". Download it from '
-        f'{presets.DEFAULT_PRETRAINED_DIR} (see checkpoints/README.md) or set '
+        f'{presets.DEFAULT_PRETRAINED_DIR} (see docs/checkpoints.md) or set '
         '--config.pretrained_dir to the folder that has it.')
   return path
 
@@ -124,11 +172,6 @@ def locate(path_or_name: str) -> Location:
   if timm_files.is_timm_source(path_or_name):
     return Location(path_or_name, timm=True)
   return Location(_npz_path(path_or_name), timm=False)
-
-
-def resolve_name(path_or_name: str) -> str:
-  """The .npz path or URL that `path_or_name` stands for (`locate(...).path`)."""
-  return locate(path_or_name).path
 
 
 def _npz_path(path_or_name: str) -> str:
@@ -193,8 +236,8 @@ def check_available(location: Location, cache_dir: Optional[str] = None) -> Opti
   if not is_remote(path):
     return None if os.path.isfile(path) else (
         f'checkpoint "{path}" not found: download it from {presets.DEFAULT_PRETRAINED_DIR} '
-        '(see checkpoints/README.md) or set --config.pretrained_path / --config.pretrained_dir')
-  if os.path.exists(cache_path(path, cache_dir)):
+        '(see docs/checkpoints.md) or set --config.pretrained_path / --config.pretrained_dir')
+  if cached(path, cache_dir):
     return None
   try:
     request = urllib.request.Request(https_url(path), method='HEAD')

@@ -12,9 +12,9 @@ import numpy as np
 from absl import logging
 
 from vit_jax import presets
-from vit_jax.checkpoints import npz_format
-from vit_jax.checkpoints import swin_timm
-from vit_jax.checkpoints.npz_format import CheckpointError, Params
+from vit_jax.weights import npz_format
+from vit_jax.weights import swin_timm
+from vit_jax.weights.npz_format import CheckpointError, Params
 
 
 def _square_grid(num_tokens: int, what: str) -> Tuple[int, int]:

@@ -22,14 +22,14 @@ from absl import logging
 from vit_jax import config_lib
 from vit_jax import models
 from vit_jax import presets
-from vit_jax.checkpoints import architecture
-from vit_jax.checkpoints import metadata as metadata_lib
-from vit_jax.checkpoints import npz_format
-from vit_jax.checkpoints import store
-from vit_jax.checkpoints import surgery
-from vit_jax.checkpoints import timm_format
-from vit_jax.checkpoints.architecture import Architecture
-from vit_jax.checkpoints.npz_format import CheckpointError, Params
+from vit_jax.weights import architecture
+from vit_jax.weights import metadata as metadata_lib
+from vit_jax.weights import npz_format
+from vit_jax.weights import store
+from vit_jax.weights import surgery
+from vit_jax.weights import timm_format
+from vit_jax.weights.architecture import Architecture
+from vit_jax.weights.npz_format import CheckpointError, Params
 
 
 def read_arrays(location: store.Location, cache_dir: Optional[str] = None

@@ -11,10 +11,10 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from vit_jax import families
 from vit_jax import presets
-from vit_jax.checkpoints import npz_format
-from vit_jax.checkpoints import timm_architectures
-from vit_jax.checkpoints import timm_vit
-from vit_jax.checkpoints.timm_files import CONFIG_FILE, WEIGHTS_FILE, TimmFormatError
+from vit_jax.weights import npz_format
+from vit_jax.weights import timm_architectures
+from vit_jax.weights import timm_vit
+from vit_jax.weights.timm_files import CONFIG_FILE, WEIGHTS_FILE, TimmFormatError
 
 
 def _timm_pool(classifier: str) -> Tuple[bool, str]:

@@ -1,6 +1,6 @@
-"""Resumable training state: the orbax manager of `workdir/checkpoints`, save and restore.
+"""Resumable training state: the orbax manager of `workdir/train_state`, save and restore.
 
-Kept apart from the published npz format (`vit_jax.checkpoint`): these checkpoints hold the
+Kept apart from the published npz format (`vit_jax.checkpoint`): these saved states hold the
 whole train state (params, optimizer state, step, rng, weight average) and exist to resume a
 run exactly. Beyond flax's examples/imagenet (save, restore latest) this module does three
 things: a damaged step (unreadable files, e.g. after a kill mid-write) is named in the log,
@@ -17,8 +17,9 @@ import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
 
-State = Dict[str, Any]
+from vit_jax.weights import store
 
+State = Dict[str, Any]
 
 class _WithoutSteps(ocp.step.NameFormat):
   """orbax's standard step names, minus steps that could not be read.
@@ -44,11 +45,11 @@ class _WithoutSteps(ocp.step.NameFormat):
 
 def make_checkpoint_manager(workdir: str, config: Any,
                             damaged: Sequence[int] = ()) -> ocp.CheckpointManager:
-  """The orbax manager of `workdir/checkpoints`; `damaged` steps stay on disk, unseen by it."""
+  """The orbax manager of `store.state_dir(workdir)`; `damaged` steps stay on disk, unseen by it."""
   options = ocp.CheckpointManagerOptions(max_to_keep=config.keep_checkpoints,
                                          create=True, step_name_format=_WithoutSteps(damaged))
   # The handler is named so that `item_metadata` can read a checkpoint's tree before restoring.
-  return ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, 'checkpoints')),
+  return ocp.CheckpointManager(os.path.abspath(store.state_dir(workdir)),
                                options=options, item_handlers=ocp.StandardCheckpointHandler())
 
 

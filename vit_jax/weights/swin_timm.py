@@ -20,7 +20,7 @@ import numpy as np
 
 from vit_jax import models_swin
 from vit_jax import presets
-from vit_jax.checkpoints import timm_architectures
+from vit_jax.weights import timm_architectures
 
 Params = Dict[str, Any]
 

@@ -9,8 +9,8 @@ cannot run or one its weights contradict. `timm_vit.convert_vit` calls both.
 
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from vit_jax.checkpoints import timm_architectures
-from vit_jax.checkpoints.timm_files import TimmFormatError
+from vit_jax.weights import timm_architectures
+from vit_jax.weights.timm_files import TimmFormatError
 
 _ACTIVATIONS = ('gelu', 'gelu_tanh', 'quick_gelu')
 # model_args that are table fields under the same name (timm's constructor keywords).

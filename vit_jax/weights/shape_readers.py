@@ -11,8 +11,8 @@ import re
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from vit_jax import presets
-from vit_jax.checkpoints import swin_timm
-from vit_jax.checkpoints.npz_format import CheckpointError
+from vit_jax.weights import swin_timm
+from vit_jax.weights.npz_format import CheckpointError
 
 # The preset whose shape-decided fields a config's all match (`architecture`'s), or None.
 Match = Callable[[Mapping[str, Any]], Optional[str]]

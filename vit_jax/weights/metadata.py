@@ -16,11 +16,11 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 from absl import logging
 
 from vit_jax import presets
-from vit_jax.checkpoints import architecture
-from vit_jax.checkpoints import npz_format
-from vit_jax.checkpoints import store
-from vit_jax.checkpoints.architecture import plain_config
-from vit_jax.checkpoints.npz_format import CheckpointError
+from vit_jax.weights import architecture
+from vit_jax.weights import npz_format
+from vit_jax.weights import store
+from vit_jax.weights.architecture import plain_config
+from vit_jax.weights.npz_format import CheckpointError
 
 # Marks a zip comment written by `checkpoint.save(..., metadata=...)`; a comment holds 65535 bytes.
 _COMMENT_TAG = b'vit_jax metadata v1\n'

@@ -11,10 +11,10 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from vit_jax import presets
-from vit_jax.checkpoints import npz_format
-from vit_jax.checkpoints import timm_architectures
-from vit_jax.checkpoints import timm_declared
-from vit_jax.checkpoints.timm_files import Converted, StateDict, TimmFormatError, UnknownParameters
+from vit_jax.weights import npz_format
+from vit_jax.weights import timm_architectures
+from vit_jax.weights import timm_declared
+from vit_jax.weights.timm_files import Converted, StateDict, TimmFormatError, UnknownParameters
 
 
 # timm name ↔ Flax path ↔ how the array changes. '{i}' is a block index. Kinds ending in a

@@ -15,9 +15,9 @@ import numpy as np
 
 from vit_jax import families
 from vit_jax import presets
-from vit_jax.checkpoints import npz_format
-from vit_jax.checkpoints.npz_format import CheckpointError
-from vit_jax.checkpoints.shape_readers import ShapeReader, full_vit_config, plain_config
+from vit_jax.weights import npz_format
+from vit_jax.weights.npz_format import CheckpointError
+from vit_jax.weights.shape_readers import ShapeReader, full_vit_config, plain_config
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,12 +12,12 @@ and read by `timm_files`; the ViT names live in `timm_vit`; `timm_export` writes
 import re
 from typing import Any, List, Mapping, Optional, Tuple
 
-from vit_jax.checkpoints import architecture
-from vit_jax.checkpoints import swin_timm
-from vit_jax.checkpoints import timm_files
-from vit_jax.checkpoints import timm_vit
-from vit_jax.checkpoints.npz_format import CheckpointError
-from vit_jax.checkpoints.timm_files import Converted, Converter, StateDict, TimmFormatError
+from vit_jax.weights import architecture
+from vit_jax.weights import swin_timm
+from vit_jax.weights import timm_files
+from vit_jax.weights import timm_vit
+from vit_jax.weights.npz_format import CheckpointError
+from vit_jax.weights.timm_files import Converted, Converter, StateDict, TimmFormatError
 
 
 def read_timm(path_or_name: str) -> Tuple[StateDict, Optional[dict]]:

@@ -1,7 +1,8 @@
-"""Checkpoint formats and surgery under `vit_jax.checkpoint` (the official load/save API).
+"""Weights: their formats and surgery, under `vit_jax.checkpoint` (the official load/save API).
 
 npz_format (the published file), store (names, download, cache), surgery (fit a tree to a
 model), architecture (the model a file's shapes describe), metadata (what an export is),
 loading (`load_model`), timm_files / timm_format / timm_vit / swin_timm / timm_export (timm hub
-weights both ways); the orbax resume of training state lives in resume.
+weights both ways); the orbax resume of a run's saved train states (`workdir/train_state`)
+lives in resume.
 """
