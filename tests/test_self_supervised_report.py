@@ -1,8 +1,10 @@
 """research/self_supervised/report.py: measured cells from results files, the rest "not run"."""
 
 import json
+import os
 
 from research.self_supervised import report
+from research.small_data import report as study_report
 
 
 def test_table_shows_measured_cells_and_marks_the_rest_not_run(tmp_path):
@@ -22,6 +24,9 @@ def test_table_shows_measured_cells_and_marks_the_rest_not_run(tmp_path):
   assert rows[3] == '| MPP encoder | not run | not run | not run | not run |'
   assert rows[4].startswith('| scratch (random init) | 65.35% (1000 steps, 5m33s; study round '
                             '2, vit_p1_s0_p4) | not run | not run | not run |')
+  # The supervised encoder is the from-scratch run on all labels: no second 100% cell.
+  assert rows[5] == ('| supervised encoder (all 54k labels) | not run | not run | the encoder '
+                     'itself (scratch, 100%) | not run |')
 
 
 def _finetuned(results, name, accuracy):
@@ -46,3 +51,14 @@ def test_slices_table_gives_each_start_its_interval_and_its_paired_gain(tmp_path
                      'supported | 0 of 3 slices run | 0 of 3 slices run |')
   assert rows[3].startswith('| MPP encoder | 1 of 3 slices run | 1 of 3 slices run |')
   assert rows[4].startswith('| scratch (random init) | 62.00 [57.03, 66.97] | – |')
+
+
+def test_the_page_shows_the_report_of_the_committed_results():
+  """docs/self_supervised.md's tables are generated from docs/self_supervised/results alone."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  with open(os.path.join(root, 'docs', 'self_supervised.md')) as f:
+    content = f.read()
+  begin, end = study_report.doc_markers(report.DOC_MARKER)
+  block = content[content.index(begin) + len(begin) + 1:content.index(end)]
+  assert block == report.tables(os.path.join(root, 'docs', 'self_supervised', 'results'),
+                                os.path.join(root, 'docs', 'study', 'results.jsonl'))

@@ -1,6 +1,8 @@
 r"""The results table of docs/self_supervised.md, from the measurement's results files.
 
   python -m research.self_supervised.report --results=docs/self_supervised/results
+  python -m research.self_supervised.report --results=docs/self_supervised/results \
+      --doc=docs/self_supervised.md   # Writes the tables between its ssl markers.
 
 Prints markdown: test accuracy after fine-tuning on 1%, 5% and 100% of the labels (the
 small-data study's slices, seed 0) from each start, and the few-shot linear accuracy of each
@@ -26,6 +28,9 @@ from research.small_data import report as study_report
 _RESULTS = flags.DEFINE_string('results', 'docs/self_supervised/results', 'NAME.json files.')
 _STUDY = flags.DEFINE_string('study_results', 'docs/study/results.jsonl',
                              "The small-data study's results (scratch cells).")
+_DOC = flags.DEFINE_string('doc', '', 'Write the tables between the ssl markers of this page '
+                           'instead of printing them.')
+DOC_MARKER = 'ssl'  # <!-- ssl:begin --> ... <!-- ssl:end --> in docs/self_supervised.md.
 
 PCTS = ('1', '5', '100')
 STARTS = (('MAE encoder', 'mae', 'fewshot_mae'), ('MPP encoder', 'mpp', 'fewshot_mpp'),
@@ -99,6 +104,8 @@ def slices_table(results: str, study_path: str) -> str:
 
 def finetune_cell(results: str, start: str, pct: str, study: Dict[str, Any]) -> str:
   """'82.31% (1000 steps, 9m12s)', a study run's accuracy (named), or 'not run'."""
+  if (start, pct) == ('sup', '100'):
+    return 'the encoder itself (scratch, 100%)'
   record = load(results, finetune_name(start, pct))
   if record:
     final = record['final']
@@ -144,11 +151,19 @@ def table(results: str, study_path: str) -> str:
   return '\n'.join(lines)
 
 
+def tables(results: str, study_path: str) -> str:
+  """Slice 0's table, then the three slices' table, as the page shows them."""
+  return (f'{table(results, study_path)}\n\nOn the three slices (seeds 0-2) at 1% and 5%:\n\n'
+          f'{slices_table(results, study_path)}\n')
+
+
 def main(argv):
   del argv
-  print(table(_RESULTS.value, _STUDY.value))
-  print()
-  print(slices_table(_RESULTS.value, _STUDY.value))
+  text = tables(_RESULTS.value, _STUDY.value)
+  if _DOC.value:
+    study_report.write_into_doc(_DOC.value, text, DOC_MARKER)
+  else:
+    print(text, end='')
 
 
 if __name__ == '__main__':
