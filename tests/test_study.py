@@ -56,6 +56,24 @@ def calls(out, name):
   return len((out / name / 'calls').read_text())
 
 
+def test_an_attempt_killed_with_its_runner_still_counts_its_time(tmp_path):
+  """A session that ends kills the runner before it can record the attempt: the next attempt
+  times it to the last file it wrote, and the run's wall time is the sum of both."""
+  workdir = tmp_path / 'run'
+  workdir.mkdir()
+  records.begin_attempt(str(workdir), 'cmd')
+  started = json.loads((workdir / records.STATE_FILE).read_text())['attempts'][0]['started_s']
+  (workdir / 'study.log').write_text('step 4400')
+  os.utime(workdir / 'study.log', (started + 3000, started + 3000))  # Killed after 50 min.
+  records.begin_attempt(str(workdir), 'cmd')  # The rerun.
+  records.end_attempt(str(workdir), 500., 0)
+  first, second = json.loads((workdir / records.STATE_FILE).read_text())['attempts']
+  assert abs(first['wall_s'] - 3000) < 1 and first['returncode'] is None
+  assert first['ended'].startswith('killed') and second['wall_s'] == 500
+  record = records.run_record(grid_lib.Run('run', 'python x.py'), str(tmp_path))
+  assert record['attempts'] == 2 and abs(record['wall_s'] - 3500) < 1
+
+
 def test_command_argv_fills_out_python_and_workdir():
   run = grid_lib.Run('b', 'python -m vit_jax.main --config=c.py:x=1 --config.p={out}/a/params.npz')
   assert grid_lib.command_argv(run, 'runs/s', python='/py') == [

@@ -1,6 +1,7 @@
 """What a run directory records, and the results file: one JSON line per run of a grid.
 
-`study.json` in each run directory keeps every attempt (wall time, exit code); `run_record`
+`study.json` in each run directory keeps every attempt (start, wall time, exit code; an attempt
+killed with its runner, as when a session ends, is timed to the last file it wrote); `run_record`
 turns a finished run directory into its results line (tags, exact command, accuracies, steps,
 images seen, forward and training FLOPs, wall time), so the report needs only the results file.
 """
@@ -33,16 +34,54 @@ def read_state(workdir: str) -> Dict[str, Any]:
     return json.load(f)
 
 
-def record_attempt(workdir: str, command: str, wall_s: float, returncode: int) -> None:
-  """Appends one attempt (start, wall seconds, exit code) to `workdir/study.json`."""
-  state = read_state(workdir)
-  state['command'] = command
-  state['attempts'].append({'finished_at': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()),
-                            'wall_s': round(wall_s, 2), 'returncode': returncode})
+def _utc(seconds: float) -> str:
+  return time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(seconds))
+
+
+def _write_state(workdir: str, state: Dict[str, Any]) -> None:
   tmp = os.path.join(workdir, f'{STATE_FILE}.tmp')
   with open(tmp, 'w') as f:
     json.dump(state, f, indent=1)
   os.replace(tmp, os.path.join(workdir, STATE_FILE))
+
+
+def last_write(workdir: str) -> Optional[float]:
+  """When the run last wrote a file in `workdir` (its own study.json aside), if it wrote one."""
+  times = [os.path.getmtime(os.path.join(root, name))
+           for root, _, names in os.walk(workdir) for name in names
+           if not name.startswith(STATE_FILE)]
+  return max(times, default=None)
+
+
+def attempt_wall(attempt: Mapping[str, Any], workdir: str) -> float:
+  """Seconds of one attempt: as recorded when it ended, else (killed with its runner) from its
+  start to the last file it wrote."""
+  if 'wall_s' in attempt:
+    return float(attempt['wall_s'])
+  last = last_write(workdir)
+  return max(0., last - attempt['started_s']) if last is not None else 0.
+
+
+def begin_attempt(workdir: str, command: str) -> None:
+  """Appends an attempt that has started to `workdir/study.json`: if the runner is killed
+  before `end_attempt`, the attempt and its time still count (`attempt_wall`)."""
+  state = read_state(workdir)
+  for attempt in state['attempts']:  # An earlier attempt killed with its runner.
+    if 'wall_s' not in attempt:
+      attempt.update(wall_s=round(attempt_wall(attempt, workdir), 2), returncode=None,
+                     ended='killed with its runner: timed to the last file it wrote')
+  state['command'] = command
+  now = time.time()
+  state['attempts'].append({'started_at': _utc(now), 'started_s': round(now, 2)})
+  _write_state(workdir, state)
+
+
+def end_attempt(workdir: str, wall_s: float, returncode: int) -> None:
+  """Closes the attempt `begin_attempt` opened: its end, wall seconds and exit code."""
+  state = read_state(workdir)
+  state['attempts'][-1].update(finished_at=_utc(time.time()), wall_s=round(wall_s, 2),
+                               returncode=returncode)
+  _write_state(workdir, state)
 
 
 TRAIN_FLOPS_FACTOR = 3  # A training step ≈ forward + backward (2x forward) per image.
@@ -94,7 +133,7 @@ def run_record(run: grid_lib.Run, out: str) -> Dict[str, Any]:
   command = record_command(run, out)
   record = dict(name=run.name, tags=dict(run.tags), command=command,
                 finished=is_finished(workdir), attempts=len(attempts),
-                wall_s=round(float(sum(a['wall_s'] for a in attempts)), 1))
+                wall_s=round(sum(attempt_wall(a, workdir) for a in attempts), 1))
   meta = _read_metadata(workdir) if record['finished'] else None
   if meta is None:
     return record

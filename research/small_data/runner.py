@@ -33,6 +33,7 @@ def execute(run: grid_lib.Run, out: str, python: str = sys.executable) -> int:
   os.makedirs(workdir, exist_ok=True)
   argv = grid_lib.command_argv(run, out, python)
   start = time.time()
+  records.begin_attempt(workdir, shlex.join(argv))
   with open(os.path.join(workdir, LOG_FILE), 'a') as log:
     log.write(f'\n$ {shlex.join(argv)}\n')
     log.flush()
@@ -42,9 +43,9 @@ def execute(run: grid_lib.Run, out: str, python: str = sys.executable) -> int:
     except KeyboardInterrupt:
       proc.send_signal(signal.SIGTERM)
       returncode = proc.wait()
-      records.record_attempt(workdir, shlex.join(argv), time.time() - start, returncode)
+      records.end_attempt(workdir, time.time() - start, returncode)
       raise
-  records.record_attempt(workdir, shlex.join(argv), time.time() - start, returncode)
+  records.end_attempt(workdir, time.time() - start, returncode)
   return returncode
 
 
