@@ -14,7 +14,7 @@ import numpy as np
 from absl import logging
 
 from vit_jax.training import parallel
-from vit_jax.weights import store
+from vit_jax.training import run_record
 
 STAGE1_FILE = 'stage1.json'  # In the fine-tuning workdir: the stage-1 export it started from.
 
@@ -40,12 +40,6 @@ def _read_stage1(fine_dir: str) -> Optional[Dict[str, Any]]:
     return json.load(f)
 
 
-def _has_progress(fine_dir: str) -> bool:
-  """Whether stage 2 already trained here (a checkpoint or an export to resume or reuse)."""
-  return (os.path.exists(os.path.join(fine_dir, store.PARAMS_FILE))
-          or store.has_saved_state(fine_dir))
-
-
 def _free_name(path: str) -> str:
   candidate, n = path, 1
   while os.path.exists(candidate):
@@ -63,7 +57,7 @@ def tie_to_stage1(fine_dir: str, source: Dict[str, Any]) -> None:
   """
   if jax.process_index() == 0:
     recorded = _read_stage1(fine_dir)
-    if _has_progress(fine_dir) and recorded != source:
+    if run_record.has_trained(fine_dir) and recorded != source:
       was = f'step {recorded["step"]}' if recorded else 'an unrecorded stage-1 export'
       moved = _free_name(f'{fine_dir}.from-stage1-' + (f'step{recorded["step"]}' if recorded
                                                        else 'unknown'))
