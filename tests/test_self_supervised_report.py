@@ -3,6 +3,7 @@
 import json
 import os
 
+from research.self_supervised import run_summary
 from research.self_supervised import report
 from research.small_data import report as study_report
 
@@ -51,6 +52,39 @@ def test_slices_table_gives_each_start_its_interval_and_its_paired_gain(tmp_path
                      'supported | 0 of 3 slices run | 0 of 3 slices run |')
   assert rows[3].startswith('| MPP encoder | 1 of 3 slices run | 1 of 3 slices run |')
   assert rows[4].startswith('| scratch (random init) | 62.00 [57.03, 66.97] | – |')
+
+
+def test_recipe_table_times_each_stage_from_the_records(tmp_path):
+  results = tmp_path / 'results'
+  results.mkdir()
+  stages = {'pretrain': {'started': '2026-11-27T05:00:10+00:00', 'final': {'step': 937}},
+            'finetune': {'started': '2026-11-27T05:27:40+00:00',
+                         'final': {'step': 1406, 'accuracy_test': 0.9012}}}
+  (results / 'recipe_mae.json').write_text(json.dumps(
+      {'wall_s': 2995.0, 'finished_utc': '2026-11-27T05:49:55Z', 'stages': stages,
+       'final': stages['finetune']['final']}))
+  rows = report.recipe_table(str(results)).splitlines()
+  # Stage 1: 05:00:10 to 05:27:40 = 27m30s; stage 2: 05:27:40 to 05:49:55 = 22m15s.
+  assert rows[2] == ('| `configs/fashion_mnist_ssl.py:mae` | 937 steps, 27m30s | 1406 steps, '
+                     '22m15s | 49m55s | 90.12% |')
+  assert rows[3] == '| `configs/fashion_mnist_ssl.py:mpp` | not run | not run | not run | not run |'
+
+
+def test_measure_summarises_a_two_stage_run_by_its_stages(tmp_path):
+  for stage, logged in (('pretrain', [{'step': 5, 'train_loss': 1.0},
+                                       {'step': 9, 'loss_test': 0.5}]),
+                        ('finetune', [{'step': 7, 'train_loss': 0.3},
+                                      {'step': 7, 'accuracy_test': 0.8}])):
+    (tmp_path / stage).mkdir()
+    (tmp_path / stage / 'metrics.jsonl').write_text(
+        ''.join(json.dumps(line) + '\n' for line in logged))
+    (tmp_path / stage / 'run.json').write_text(json.dumps(
+        {'history': [{'event': 'started', 'step': 0, 'time': f'{stage} start'}]}))
+  summary = run_summary.summary(str(tmp_path))
+  assert summary['final'] == {'step': 7, 'train_loss': 0.3, 'accuracy_test': 0.8}
+  assert summary['stages']['pretrain'] == {'started': 'pretrain start',
+                                           'final': {'step': 9, 'loss_test': 0.5}}
+  assert summary['stages']['finetune']['started'] == 'finetune start'
 
 
 def test_the_page_shows_the_report_of_the_committed_results():

@@ -10,7 +10,8 @@ skipped, so a killed measurement continues where it stopped (an unfinished run r
 its workdir). Each results file holds the command, its start and end (UTC), its wall time, the
 machine and what the run reported last (eval metrics of the final step, or fewshot's JSON).
 A failed step is reported and the next one runs. `--only=NAME+NAME` runs those steps; the
-order of `plan()` is the plan (seed 0: 1% first, 100% last; then slices 1 and 2).
+order of `plan()` is the plan (seed 0: 1% first, 100% last; then slices 1 and 2; then the
+one-hour recipe of configs/fashion_mnist_ssl.py, both stages as its docstring runs them).
 `--out` must hold `data/` (research/small_data/folders.py: Fashion-MNIST as image folders).
 """
 
@@ -21,11 +22,12 @@ import shlex
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Tuple
+from typing import List, Tuple
 
 from absl import app
 from absl import flags
 
+from research.self_supervised import run_summary
 from research.self_supervised.naming import finetune_name
 
 _OUT = flags.DEFINE_string('out', 'runs/ssl', 'Run directories (and data/, the study folders).')
@@ -91,19 +93,14 @@ def plan() -> List[Tuple[str, Tuple[str, ...]]]:
       ('ft_mae_p100', finetune('ft_mae_p100', '100', 'mae')),
       ('ft_mpp_p100', finetune('ft_mpp_p100', '100', 'mpp')),
       *other_slices(),
+      ('recipe_mae', recipe('mae')),
   ]
 
 
-def final_metrics(workdir: str) -> Dict[str, Any]:
-  """The eval metrics logged at the run's last step (metrics.jsonl lines of that step merged)."""
-  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
-    lines = [json.loads(line) for line in f if line.strip()]
-  last = max(line['step'] for line in lines)
-  merged = {}
-  for line in lines:
-    if line['step'] == last:
-      merged.update(line)
-  return merged
+def recipe(method: str) -> Tuple[str, ...]:
+  """The Fashion-MNIST recipe as its docstring prints it: both stages, nothing overridden."""
+  return (*MAIN, f'--config=configs/fashion_mnist_ssl.py:{method}',
+          f'--workdir={{out}}/recipe_{method}')
 
 
 def run_step(name: str, argv: Tuple[str, ...], out: str, results: str) -> int:
@@ -124,7 +121,7 @@ def run_step(name: str, argv: Tuple[str, ...], out: str, results: str) -> int:
   if 'vit_jax.fewshot' in argv:
     record['fewshot'] = json.loads(proc.stdout[proc.stdout.index('{'):])
   else:
-    record['final'] = final_metrics(os.path.join(out, name))
+    record.update(run_summary.summary(os.path.join(out, name)))
   with open(os.path.join(results, f'{name}.json'), 'w') as f:
     json.dump(record, f, indent=1)
   print(f'{name}: done in {wall:.0f} s', flush=True)

@@ -8,12 +8,15 @@ Prints markdown: test accuracy after fine-tuning on 1%, 5% and 100% of the label
 small-data study's slices, seed 0) from each start, and the few-shot linear accuracy of each
 encoder; then, at 1% and 5%, each start over the study's three slices (seeds 0-2): the mean
 with its 95% t-interval, and its difference from scratch paired by slice, with its interval and
-the verdict that interval supports (`research.small_data.report.verdict`). A cell without a
-results file reads "not run". The from-scratch cells at 1% and 5%
-come from the study's round 2 (`--study_results`, runs vit_p1_s0_p4 and vit_p5_s0_p4: the same
-command without `pretrained_path`) when this measurement has no run of its own for them.
+the verdict that interval supports (`research.small_data.report.verdict`); then the one-hour
+recipe (configs/fashion_mnist_ssl.py) per method: each stage's steps and wall time, the
+command's, and the test accuracy. A cell without a results file reads "not run". The
+from-scratch cells at 1% and 5% come from the study's round 2 (`--study_results`, runs
+vit_p1_s0_p4 and vit_p5_s0_p4: the same command without `pretrained_path`) when this
+measurement has no run of its own for them.
 """
 
+import datetime
 import glob
 import json
 import os
@@ -151,10 +154,37 @@ def table(results: str, study_path: str) -> str:
   return '\n'.join(lines)
 
 
+def _utc_seconds(stamp: str) -> float:
+  return datetime.datetime.fromisoformat(stamp.replace('Z', '+00:00')).timestamp()
+
+
+def recipe_table(results: str) -> str:
+  """configs/fashion_mnist_ssl.py's two stages per method (measure.py's recipe_METHOD): each
+  stage's steps and wall time (stage 1 from its start to stage 2's, stage 2 to the end), the
+  whole command's wall time and the fine-tuned model's test accuracy."""
+  lines = ['| recipe | stage 1: pretraining, no labels | stage 2: fine-tuning, 60k labels | '
+           'whole command | test accuracy |', '| --- | --- | --- | --- | --- |']
+  for method in ('mae', 'mpp'):
+    label = f'`configs/fashion_mnist_ssl.py:{method}`'
+    record = load(results, f'recipe_{method}')
+    if not record:
+      lines.append(f'| {label} | not run | not run | not run | not run |')
+      continue
+    stages = record['stages']
+    pre_start, fine_start = (_utc_seconds(stages[s]['started']) for s in ('pretrain', 'finetune'))
+    cells = [f"{stages['pretrain']['final']['step']} steps, {_minutes(fine_start - pre_start)}",
+             f"{stages['finetune']['final']['step']} steps, "
+             f"{_minutes(_utc_seconds(record['finished_utc']) - fine_start)}",
+             _minutes(record['wall_s']), f"{100 * record['final']['accuracy_test']:.2f}%"]
+    lines.append(f"| {label} | {' | '.join(cells)} |")
+  return '\n'.join(lines)
+
+
 def tables(results: str, study_path: str) -> str:
-  """Slice 0's table, then the three slices' table, as the page shows them."""
+  """Slice 0's table, the three slices' table and the recipe's, as the page shows them."""
   return (f'{table(results, study_path)}\n\nOn the three slices (seeds 0-2) at 1% and 5%:\n\n'
-          f'{slices_table(results, study_path)}\n')
+          f'{slices_table(results, study_path)}\n\nThe one-hour recipe, both stages as its '
+          f'docstring runs them (batch 256):\n\n{recipe_table(results)}\n')
 
 
 def main(argv):
