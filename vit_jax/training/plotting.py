@@ -52,7 +52,8 @@ def plot_stages(histories: Mapping[str, str], png_path: str) -> None:
   axes[1].set(xlabel='step', ylabel='accuracy', title='test accuracy')
   for ax in axes:
     ax.grid(alpha=.3)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:  # A panel may be empty (MAE logs no accuracy).
+      ax.legend(fontsize=8)
   fig.tight_layout()
   fig.savefig(png_path, dpi=100)
 
