@@ -3,8 +3,8 @@
 import json
 import os
 
-from research.self_supervised import run_summary
 from research.self_supervised import report
+from research.self_supervised import run_summary
 from research.small_data import report as study_report
 
 
