@@ -69,8 +69,16 @@ FLAG_DEFAULTS = {'out': 'runs/study'}
 FLAG_HELP = {'out': 'Folder of the run directories (out/<name>).'}
 
 
-def _interrupt(signum, frame) -> None:
-  raise KeyboardInterrupt(f'signal {signum}')
+class Stopped(KeyboardInterrupt):
+  """SIGTERM or SIGINT to the runner: its current run is stopped at a checkpoint."""
+
+  def __init__(self, signum: int):
+    super().__init__(f'signal {signum}')
+    self.signum = signum
+
+
+def _stop(signum, frame) -> None:
+  raise Stopped(signum)
 
 
 def write_report(grid: grid_lib.Grid, results: str) -> str:
@@ -94,8 +102,10 @@ def write_report(grid: grid_lib.Grid, results: str) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
-  # SIGTERM (e.g. `kill` of a background runner) stops the current run at a checkpoint too.
-  signal.signal(signal.SIGTERM, _interrupt)
+  # `kill` (SIGTERM) stops the current run at a checkpoint as Ctrl-C does; SIGINT explicitly
+  # too, since a job started with `&` from a script inherits SIGINT ignored.
+  for signum in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(signum, _stop)
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   if not _GRID.value:
@@ -108,6 +118,11 @@ def main(argv: Sequence[str]) -> int:
   except ValueError as e:
     print(f'error: {str(e).splitlines()[0]}', file=sys.stderr)
     return 1
+  except KeyboardInterrupt as e:
+    signum = getattr(e, 'signum', signal.SIGINT)
+    print(f'Stopped by signal {signum}: the current run saved its checkpoint; the same command '
+          'resumes it.', file=sys.stderr)
+    return 128 + signum
   print(f'Report: {path}')
   if failed:
     print(f'{len(failed)} run(s) failed: {", ".join(failed)}; see their study.log, fix, rerun.',

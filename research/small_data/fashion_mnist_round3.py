@@ -26,7 +26,7 @@ sweep, relative position embeddings) on 8 images per class.
 """
 
 import re
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from research.small_data import fashion_mnist_grid as round2
 from research.small_data import grid as grid_lib
@@ -44,27 +44,39 @@ TENX_COL = '1% vs 10%'
 # while RandAugment + Mixup was still rising at 4,000 (1%): the strong recipe's probes run
 # `strong_probe_x` times longer.
 # `parts`: which of the round's parts run (matched: the 8 arms at 1%; tenx: the plain ViT at
-# 10%; posemb: the plain ViT at 5% and the position embeddings at 1% and 5%).
+# 10%; posemb: the plain ViT at 5% and the position embeddings at 1% and 5%); `models`: which
+# models the matched part trains (the ViT's arms always run: the other parts read them).
 PARTS = ('matched', 'tenx', 'posemb')
-OPTIONS = dict(seeds='3', lrs='5e-4+1.5e-3+4e-3', wds='0.05+0.3',
+# `wds=recipe`: the sweep is over learning rates at the recipe's own weight decay (the study
+# config's: 0.05 plain, 0.3 strong); `wds=0.05+0.3` sweeps both for every arm (twice the runs).
+RECIPE_WD = 'recipe'
+OPTIONS = dict(seeds='3', lrs='5e-4+1.5e-3+4e-3', wds=RECIPE_WD,
                probe_steps='1:3000+5:4000+10:5000', strong_probe_x='2', evals='10',
-               tolerance='0.005', parts='+'.join(PARTS))
+               tolerance='0.005', parts='+'.join(PARTS), models='+'.join(m for m, _ in MODELS))
 
 Arm = Tuple[str, str, int]  # (model, recipe, pct)
 
 
-def arms(runlocal: bool, parts: str = '+'.join(PARTS)) -> Tuple[Arm, ...]:
-  """Every (model, recipe, pct) of `parts` chosen on validation, in the order they run."""
-  wanted = set(parts.split('+'))
-  unknown = sorted(wanted - set(PARTS))
+def _known(text: str, name: str, allowed: Sequence[str]) -> Set[str]:
+  """The '+'-joined values of option `name`, each one of `allowed`."""
+  values = set(text.split('+'))
+  unknown = sorted(values - set(allowed))
   if unknown:
-    raise ValueError(f'Unknown part {unknown[0]!r} in parts={parts}; use parts of '
-                     f'{"+".join(PARTS)}.')
+    raise ValueError(f'Unknown {name[:-1]} {unknown[0]!r} in {name}={text}; use {name} of '
+                     f'{"+".join(allowed)}.')
+  return values
+
+
+def arms(runlocal: bool, parts: str = OPTIONS['parts'],
+         models: str = OPTIONS['models']) -> Tuple[Arm, ...]:
+  """Every (model, recipe, pct) of `parts` chosen on validation, in the order they run."""
+  wanted = _known(parts, 'parts', PARTS)
+  trained = _known(models, 'models', [m for m, _ in MODELS])
   if runlocal:
     return (('vit', 'plain', 5),)
   # Every part reads the ViT's 1% arms (posemb: plain's choice; tenx: strong's runs).
   chosen = [(m, recipe, 1) for m, _ in MODELS for recipe in RECIPES
-            if 'matched' in wanted or m == 'vit']
+            if ('matched' in wanted and m in trained) or m == 'vit']
   if 'posemb' in wanted:
     chosen.append(('vit', 'plain', 5))
   if 'tenx' in wanted:
@@ -95,8 +107,25 @@ def parse(arg: str) -> Tuple[Dict[str, str], bool]:
                        'and/or runlocal.')
     opts[key] = value
   select.parse_values(opts['lrs'], 'lrs')
-  select.parse_values(opts['wds'], 'wds')
+  if opts['wds'] != RECIPE_WD:
+    select.parse_values(opts['wds'], 'wds')
+  arms(runlocal, opts['parts'], opts['models'])  # Checks both.
   return opts, runlocal
+
+
+def recipe_weight_decay(arm: Arm) -> str:
+  """The weight decay the study config gives `arm`'s recipe (e.g. '0.05'), as written in
+  run names."""
+  config = config_lib.load_config_module(round2.STUDY_CONFIG).get_config(
+      f'model={arm[0]},pct={arm[2]},remedy={RECIPES[arm[1]]}')
+  return f'{config.weight_decay:g}'
+
+
+def weight_decays(arm: Arm, wds: str) -> Tuple[str, ...]:
+  """The sweep's weight decays of `arm`: `wds`' values, or its recipe's own (`RECIPE_WD`)."""
+  if wds == RECIPE_WD:
+    return (recipe_weight_decay(arm),)
+  return select.parse_values(wds, 'wds')
 
 
 def _values(arm: Arm, seed: int, steps: int, **extra) -> Dict[str, Any]:
@@ -126,7 +155,7 @@ class Choice:
   def __init__(self, arm: Arm, opts: Mapping[str, str], records: grid_lib.Records):
     self.arm = arm
     self.lrs = select.parse_values(opts['lrs'], 'lrs')
-    self.wds = select.parse_values(opts['wds'], 'wds')
+    self.wds = weight_decays(arm, opts['wds'])
     self.budget: Optional[int] = select.probe_budget(
         records.get(f'{arm_name(arm)}_probe'), float(opts['tolerance']))
     self.sweep = {(lr, wd): f'{arm_name(arm)}_s0_lr{lr}_wd{wd}'
@@ -178,7 +207,8 @@ def grid_runs(opts: Mapping[str, str], runlocal: bool,
   of the arms whose choice is made: each stage after the one it depends on."""
   base = dict(root='{out}/data', runlocal='1' if runlocal else '')
   seeds = int(opts['seeds'])
-  choices = [Choice(arm, opts, records) for arm in arms(runlocal, opts['parts'])]
+  choices = [Choice(arm, opts, records)
+             for arm in arms(runlocal, opts['parts'], opts['models'])]
   runs = [probe_run(c.arm, base, opts) for c in choices]
   runs += [r for c in choices if c.budget is not None for r in sweep_runs(c, base)]
   chosen = [c for c in choices if c.chosen is not None]
@@ -288,10 +318,10 @@ def estimate_seconds(arg: str, rates: Mapping[Tuple[str, str], float],
   time relative to 'learn' (1 where absent).
   """
   opts, runlocal = parse(arg)
-  seeds, sweep = int(opts['seeds']), len(select.parse_values(opts['lrs'], 'lrs')) * len(
-      select.parse_values(opts['wds'], 'wds'))
+  seeds, lrs = int(opts['seeds']), len(select.parse_values(opts['lrs'], 'lrs'))
   out = dict(probe=0., sweep=0., seeds=0., posemb=0.)
-  for arm in arms(runlocal, opts['parts']):
+  for arm in arms(runlocal, opts['parts'], opts['models']):
+    sweep = lrs * len(weight_decays(arm, opts['wds']))
     probe = probe_run(arm, {}, opts)
     steps = int(re.search(r'steps=(\d+)', probe.command)[1])
     rate = rates[arm[:2]]
