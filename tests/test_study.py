@@ -486,15 +486,15 @@ def test_round3_stages_appear_as_their_records_come_and_every_claim_gets_its_run
   assert {(r.tags['recipe'], r.tags['wd']) for r in sweeps} == {('plain', '0.05'),
                                                                  ('strong', '0.3')}
   assert not any(r.tags['chosen'] for r in sweeps)
-  # The sweep's best validation run wins, whatever its test accuracy.
-  best = lambda run: .8 if run.tags.get('lr') == '4e-3' else .7  # noqa: E731
+  # The sweep's best validation run wins, whatever its test accuracy (1.5e-3: inside the grid).
+  best = lambda run: .8 if run.tags.get('lr') == '1.5e-3' else .7  # noqa: E731
   _finish(grid, records_, best)
   grid = grid_lib.fully_resolved(grid, records_)
   chosen = [r for r in grid.runs if r.tags.get('chosen')]
-  assert all(f'lr=4e-3,wd={r.tags["wd"]}' in r.command for r in chosen)
+  assert all(f'lr=1.5e-3,wd={r.tags["wd"]}' in r.command for r in chosen)
   names = {r.name for r in grid.runs}
   assert {'r3_swin_plain_p1_s2', 'r3_vit_strong_p1_s1', 'r3_vit_pe-relative_p5_s2',
-          'r3_vit_pe-none_p1_s0', 'r3_vit_strong_p1_s0_lr4e-3_wd0.3'} <= names
+          'r3_vit_pe-none_p1_s0', 'r3_vit_strong_p1_s0_lr1.5e-3_wd0.3'} <= names
   assert len(grid.runs) == 10 + 10 * 3 + 10 * 2 + 4 * 2 * 3  # Probes, sweeps, seeds, posemb.
   full = grid_lib.load_grid(f'{ROUND3_GRID}:wds=0.05+0.3').resolve(records_)
   assert len([r for r in full.runs if r.tags.get('arm') == 'sweep']) == 10 * 3 * 2
@@ -503,6 +503,31 @@ def test_round3_stages_appear_as_their_records_come_and_every_claim_gets_its_run
   for claim in grid.claims:  # Every claim's terms name rows that have runs on three slices.
     assert len(report.claim_effects(claim, tables[claim.table], grid.runs, records_)) == 3, (
         claim.text)
+
+
+def test_a_choice_at_the_sweeps_edge_first_tries_one_step_past_it():
+  grid = grid_lib.load_grid(f'{ROUND3_GRID}:parts=matched,models=vit')
+  records_ = {}
+  _finish(grid, records_, lambda run: .7)
+  grid = grid.resolve(records_)
+  lowest = lambda run: {'5e-4': .8, '1.67e-4': .75}.get(run.tags.get('lr'), .7)  # noqa: E731
+  _finish(grid, records_, lowest)
+  grid = grid.resolve(records_)  # 5e-4 won at the edge: 1.67e-4 (5e-4 x 5e-4 / 1.5e-3) first.
+  new = {r.name for r in grid.runs} - set(records_)
+  assert new == {'r3_vit_plain_p1_s0_lr1.67e-4_wd0.05', 'r3_vit_strong_p1_s0_lr1.67e-4_wd0.3'}
+  assert not any(r.tags.get('chosen') for r in grid.runs)  # No seeds before it is in.
+  _finish(grid, records_, lowest)
+  grid = grid_lib.fully_resolved(grid, records_)
+  seeds = [r for r in grid.runs if r.tags.get('arm') == 'matched']
+  assert len(seeds) == 4 and all('lr=5e-4,' in r.command for r in seeds)
+  # One step at most (lr_edge=1): a new edge winner is chosen, not extended again.
+  records_['r3_vit_plain_p1_s0_lr1.67e-4_wd0.05']['accuracy_val'] = .9
+  grid = grid_lib.fully_resolved(grid_lib.load_grid(f'{ROUND3_GRID}:parts=matched,models=vit'),
+                                 records_)
+  assert {r.name for r in grid.runs if 'plain_p1_s1' in r.name} == {'r3_vit_plain_p1_s1'}
+  assert 'lr=1.67e-4,' in next(r.command for r in grid.runs if r.name == 'r3_vit_plain_p1_s1')
+  off = grid_lib.load_grid(f'{ROUND3_GRID}:parts=matched,models=vit,lr_edge=0')
+  assert len(grid_lib.fully_resolved(off, records_).runs) == 2 + 2 * 3 + 2 * 2  # No extension.
 
 
 def test_round3_arms_see_the_same_input_and_swin_the_vits_regularisation():

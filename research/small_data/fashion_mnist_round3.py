@@ -47,12 +47,15 @@ TENX_COL = '1% vs 10%'
 # 10%; posemb: the plain ViT at 5% and the position embeddings at 1% and 5%); `models`: which
 # models the matched part trains (the ViT's arms always run: the other parts read them).
 PARTS = ('matched', 'tenx', 'posemb')
+# `lr_edge`: how many times a best learning rate at the edge of `lrs` extends the sweep one
+# step past it before the choice is made (0: never).
 # `wds=recipe`: the sweep is over learning rates at the recipe's own weight decay (the study
 # config's: 0.05 plain, 0.3 strong); `wds=0.05+0.3` sweeps both for every arm (twice the runs).
 RECIPE_WD = 'recipe'
 OPTIONS = dict(seeds='3', lrs='5e-4+1.5e-3+4e-3', wds=RECIPE_WD,
                probe_steps='1:3000+5:4000+10:5000', strong_probe_x='2', evals='10',
-               tolerance='0.005', parts='+'.join(PARTS), models='+'.join(m for m, _ in MODELS))
+               lr_edge='1', tolerance='0.005', parts='+'.join(PARTS),
+               models='+'.join(m for m, _ in MODELS))
 
 Arm = Tuple[str, str, int]  # (model, recipe, pct)
 
@@ -158,10 +161,20 @@ class Choice:
     self.wds = weight_decays(arm, opts['wds'])
     self.budget: Optional[int] = select.probe_budget(
         records.get(f'{arm_name(arm)}_probe'), float(opts['tolerance']))
-    self.sweep = {(lr, wd): f'{arm_name(arm)}_s0_lr{lr}_wd{wd}'
-                  for lr in self.lrs for wd in self.wds}
-    self.chosen: Optional[Tuple[str, str]] = (
-        select.choose(self.sweep, records) if self.budget is not None else None)
+    self.sweep, self.chosen = self._sweep(records, int(opts['lr_edge']))
+
+  def _sweep(self, records: grid_lib.Records, edge_steps: int
+             ) -> Tuple[Dict[Tuple[str, str], str], Optional[Tuple[str, str]]]:
+    """The sweep's runs by (lr, wd) and the choice (None until made): a best lr at the edge of
+    `lrs` adds a run one step past it (`select.beyond_edge`), up to `edge_steps` times."""
+    lrs = list(self.lrs)
+    while True:
+      sweep = {(lr, wd): f'{arm_name(self.arm)}_s0_lr{lr}_wd{wd}' for lr in lrs for wd in self.wds}
+      chosen = select.choose(sweep, records) if self.budget is not None else None
+      extra = select.beyond_edge(lrs, chosen[0]) if chosen else None
+      if extra is None or len(lrs) - len(self.lrs) >= edge_steps:
+        return sweep, chosen
+      lrs.append(extra)
 
 
 def probe_run(arm: Arm, base: Dict, opts: Mapping[str, str]) -> grid_lib.Run:

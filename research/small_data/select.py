@@ -60,6 +60,20 @@ def probe_budget(record: Optional[Record], tolerance: float = 0.005) -> Optional
   return budget_from_curve(record.get('val_curve') or [], tolerance)
 
 
+def beyond_edge(lrs: Sequence[str], best: str) -> Optional[str]:
+  """The learning rate one geometric step past the sweep's edge when `best` is its smallest or
+  largest value (a choice at the edge may have its optimum outside the grid), else None.
+
+  '5e-4' of ('5e-4', '1.5e-3', '4e-3') → '1.67e-4' (5e-4 x 5e-4 / 1.5e-3).
+  """
+  values = sorted(lrs, key=float)
+  if len(values) < 2 or best not in (values[0], values[-1]):
+    return None
+  edge, inner = (values[0], values[1]) if best == values[0] else (values[-1], values[-2])
+  mantissa, exponent = f'{float(edge) ** 2 / float(inner):.2e}'.split('e')
+  return f'{float(mantissa):g}e{int(exponent)}'
+
+
 def parse_values(text: str, name: str) -> Tuple[str, ...]:
   """'5e-4+1.5e-3' → ('5e-4', '1.5e-3'), each a number (kept as written: it names runs)."""
   values = tuple(text.split('+'))
