@@ -25,6 +25,7 @@ strong ViT at 1%). `:runlocal` shrinks it to three smoke runs of the plain ViT a
 sweep, relative position embeddings) on 8 images per class.
 """
 
+import functools
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
@@ -116,9 +117,10 @@ def parse(arg: str) -> Tuple[Dict[str, str], bool]:
   return opts, runlocal
 
 
+@functools.lru_cache(maxsize=None)
 def recipe_weight_decay(arm: Arm) -> str:
   """The weight decay the study config gives `arm`'s recipe (e.g. '0.05'), as written in
-  run names."""
+  run names (cached: every resolve of the grid asks again for each arm)."""
   config = config_lib.load_config_module(round2.STUDY_CONFIG).get_config(
       f'model={arm[0]},pct={arm[2]},remedy={RECIPES[arm[1]]}')
   return f'{config.weight_decay:g}'
