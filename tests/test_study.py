@@ -1,6 +1,7 @@
 """The study runner: commands, skip/rerun of runs, tables from run directories, image folders."""
 
 import collections
+import dataclasses
 import json
 import os
 import re
@@ -321,11 +322,26 @@ def test_a_runlocal_study_run_trains_and_reports(tmp_path, monkeypatch):
   monkeypatch.chdir(ROOT)  # The grid's commands name configs/ relative to the repository.
   out = tmp_path / 'out'
   grid = grid_lib.load_grid(f'{STUDY_GRID}:runlocal')
+  # With round 3's few-shot measurement of the encoder, as its smoke runs declare it.
+  fewshot = grid_lib.load_grid(f'{ROUND3_GRID}:runlocal').fewshot
   grid = grid_lib.Grid(runs=grid.runs[:1], tables=grid.tables[:1], folders=grid.folders,
-                    folder_limit=grid.folder_limit)
+                    folder_limit=grid.folder_limit, fewshot=fewshot)
   results = tmp_path / 'results.jsonl'
-  assert runner.run_grid(grid, str(out), log=lambda _: None, results=str(results)) == []
+  lines = []
+  assert runner.run_grid(grid, str(out), log=lines.append, results=str(results)) == []
   (record,) = records.read_results(str(results)).values()
+  measured = json.loads((out / record['name'] / records.FEWSHOT_FILE).read_text())
+  assert [r['shots'] for r in measured['results']] == [1, 2] and measured['num_test'] == 20
+  assert [record['fewshot_1shot'], record['fewshot_2shot']] == [
+      r['mean'] for r in measured['results']]
+  assert record['fewshot_command'] == (
+      f'python -m vit_jax.fewshot --checkpoint={out / record["name"]} '
+      f'--dataset={out}/data/fashion_mnist --train_split=train --shots=1,2 --holdout=2 '
+      '--seeds=1 --json')
+  assert any('few-shot linear 1-shot' in line for line in lines)
+  lines.clear()  # Measured once: a rerun of the grid skips the run and its measurement.
+  assert runner.run_grid(grid, str(out), log=lines.append, results=str(results)) == []
+  assert not any('few-shot' in line for line in lines), lines
   # 80 train images: train[0%:50%] trained, its first 5% (4) for train accuracy, train[90%:]
   # (8) for validation; the 20 test images.
   assert (record['num_examples_train'], record['num_examples_val'],
@@ -338,6 +354,7 @@ def test_a_runlocal_study_run_trains_and_reports(tmp_path, monkeypatch):
   text = report.report_markdown(grid, {record['name']: record}, str(tmp_path / 'report'), '.',
                                str(results))
   assert f'{100 * record["accuracy_test"]:.2f}' in text
+  assert f'1: {100 * record["fewshot_1shot"]:.2f}, 2: {100 * record["fewshot_2shot"]:.2f}' in text
 
 
 def test_grid_steps_per_fraction_reach_every_arm():
@@ -486,6 +503,11 @@ def test_round3_stages_appear_as_their_records_come_and_every_claim_gets_its_run
   assert {(r.tags['recipe'], r.tags['wd']) for r in sweeps} == {('plain', '0.05'),
                                                                  ('strong', '0.3')}
   assert not any(r.tags['chosen'] for r in sweeps)
+  # The sweep table: a row per arm and fraction (each fraction chooses its own), one run a cell.
+  table = next(t for t in grid.tables if t.name == 'r3_sweep')
+  rows, _, cells = report.table_cells(table, grid.runs)
+  assert {'ViT plain, 1%', 'ViT plain, 10%', 'Swin strong, 1%'} <= set(rows) and len(rows) == 10
+  assert all(len(names) == 1 for names in cells.values())
   # The sweep's best validation run wins, whatever its test accuracy (1.5e-3: inside the grid).
   best = lambda run: .8 if run.tags.get('lr') == '1.5e-3' else .7  # noqa: E731
   _finish(grid, records_, best)
@@ -705,3 +727,61 @@ def test_a_background_runner_stopped_by_kill_stops_its_trainer_at_a_checkpoint(
   attempt, = json.loads((out / 'a' / records.STATE_FILE).read_text())['attempts']
   assert attempt['returncode'] == 143 and 'Traceback' not in output, output
   assert 'stopped' in output.lower(), output
+
+
+# Stands in for the interpreter: `-m vit_jax.fewshot` prints a measurement (counting its calls
+# in the checkpoint's directory; one line on stderr and exit 1 where a 'broken' file is);
+# anything else runs in Python.
+FAKE_PYTHON = '''#!/bin/sh
+if [ "$2" = vit_jax.fewshot ]; then
+  dir=${3#--checkpoint=}
+  echo x >> "$dir/fewshot_calls"
+  if [ -e "$dir/broken" ]; then echo "Error: broken" >&2; exit 1; fi
+  echo '{"results": [{"shots": 1, "mean": 0.25}, {"shots": 10, "mean": 0.5}]}'
+  exit 0
+fi
+exec %s "$@"
+'''
+
+
+def test_every_finished_run_gets_its_encoders_few_shot_measured_once_per_params(
+    tmp_path, fake_trainer, monkeypatch):
+  monkeypatch.setattr(records, 'forward_flops', lambda meta: (1e6, 'test'))
+  python = tmp_path / 'python'
+  python.write_text(FAKE_PYTHON % sys.executable)
+  python.chmod(0o755)
+  out, results = tmp_path / 'out', tmp_path / 'results.jsonl'
+  fewshot = grid_lib.FewShot('{out}/data', train_split='train[90%:]')
+  grid = grid_lib.Grid(runs=[grid_lib.Run('a', f'python {fake_trainer} 0.5 1'),
+                             grid_lib.Run('b', f'python {fake_trainer} 0.7 2')],
+                       fewshot=fewshot)
+  fewshot_calls = lambda name: len((out / name / 'fewshot_calls').read_text().split())  # noqa: E731
+  lines = []
+  assert runner.run_grid(grid, str(out), python=str(python), log=lines.append,
+                         results=str(results)) == ['b']
+  got = records.read_results(str(results))
+  assert (got['a']['fewshot_1shot'], got['a']['fewshot_10shot']) == (.25, .5)
+  assert 'fewshot_1shot' not in got['b'] and not (out / 'b' / 'fewshot_calls').exists()
+  assert got['a']['fewshot_command'] == (f'python -m vit_jax.fewshot --checkpoint={out}/a '
+                                         f"--dataset={out}/data '--train_split=train[90%:]' --json")
+  (out / 'b' / 'broken').touch()  # b finishes; its measurement fails: a line, b stays done.
+  lines.clear()
+  assert runner.run_grid(grid, str(out), python=str(python), log=lines.append,
+                         results=str(results)) == []
+  assert any(line.startswith('b: few-shot FAILED (1); see ') for line in lines), lines
+  assert 'Error: broken' in (out / 'b' / runner.LOG_FILE).read_text()
+  got = records.read_results(str(results))
+  assert got['b']['finished'] and 'fewshot_1shot' not in got['b']
+  assert (fewshot_calls('a'), fewshot_calls('b')) == (1, 1)
+  (out / 'b' / 'broken').unlink()
+  runner.run_grid(grid, str(out), python=str(python), log=lambda _: None, results=str(results))
+  assert records.read_results(str(results))['b']['fewshot_10shot'] == .5
+  # New params (the run made again) or another measurement: measured again.
+  time.sleep(0.01)
+  (out / 'a' / 'params.npz').write_text('new')
+  assert 'fewshot_1shot' not in records.run_record(grid.runs[0], str(out))
+  other = dataclasses.replace(grid, fewshot=dataclasses.replace(fewshot, args=('--shots=1',)))
+  for g in (grid, other):
+    runner.run_grid(g, str(out), python=str(python), log=lambda _: None, results=str(results))
+  assert (fewshot_calls('a'), fewshot_calls('b')) == (3, 3)
+  assert records.read_results(str(results))['b']['fewshot_command'].endswith('--shots=1 --json')

@@ -21,8 +21,10 @@ Arms: ViT, hybrid (at 28px like the others: `hybrid28`), ResNet and Swin, each p
 the strong recipe (`remedy=strong`: RandAugment(2, 10) + pad/flip + Mixup 0.2 + stochastic depth
 0.1, dropout 0.1 where the family has them; the plain Swin at stochastic depth 0 as the plain
 ViT) at 1%; the plain ViT at 5% (position embeddings) and 10% (the "10x data" test against the
-strong ViT at 1%). `:runlocal` shrinks it to three smoke runs of the plain ViT at 5% (probe,
-sweep, relative position embeddings) on 8 images per class.
+strong ViT at 1%). Every finished run's encoder also gets its few-shot linear accuracy
+(`FEWSHOT`: shots from the validation slice, tested on test; the runner measures it).
+`:runlocal` shrinks it to three smoke runs of the plain ViT at 5% (probe, sweep, relative
+position embeddings) on 8 images per class.
 """
 
 import functools
@@ -188,9 +190,11 @@ def probe_run(arm: Arm, base: Dict, opts: Mapping[str, str]) -> grid_lib.Run:
 
 
 def sweep_runs(choice: Choice, base: Dict) -> List[grid_lib.Run]:
-  """Seed 0 at the probe's budget for each (lr, wd); the chosen one is tagged `chosen`."""
+  """Seed 0 at the probe's budget for each (lr, wd); the chosen one is tagged `chosen`. The sweep
+  table has a row per arm and fraction: each fraction's sweep makes its own choice."""
   return [round2.run(name, _tags(choice.arm, 0, arm='sweep', lr=lr, wd=wd,
-                                 lr_wd=f'lr {lr}, wd {wd}', chosen=(lr, wd) == choice.chosen),
+                                 lr_wd=f'lr {lr}, wd {wd}', chosen=(lr, wd) == choice.chosen,
+                                 **{SWEEP_ROW: f'{row_label(choice.arm)}, {choice.arm[2]}%'}),
                      base, **_values(choice.arm, 0, choice.budget, lr=lr, wd=wd))
           for (lr, wd), name in choice.sweep.items()]
 
@@ -241,11 +245,22 @@ def get_grid(arg: str = '') -> grid_lib.Grid:
   def make(records: grid_lib.Records) -> grid_lib.Grid:
     return grid_lib.Grid(runs=grid_runs(opts, runlocal, records), tables=TABLES,
                          claims=() if runlocal else CLAIMS, folders='{out}/data',
-                         folder_limit=8 * runlocal, resolve=make)
+                         folder_limit=8 * runlocal, resolve=make,
+                         fewshot=FEWSHOT_LOCAL if runlocal else FEWSHOT)
 
   return make({})
 
 
+# The study config's validation slice is train[100 - VAL_PCT %:].
+_VAL_PCT = config_lib.load_config_module(round2.STUDY_CONFIG).VAL_PCT
+# Every encoder's few-shot linear accuracy (1, 5, 10, 25 shots, 3 draws): shots from the
+# validation slice, disjoint from every training slice; accuracy on all of test.
+FEWSHOT = grid_lib.FewShot('{out}/data/fashion_mnist', train_split=f'train[{100 - _VAL_PCT}%:]')
+# Smoke runs' folders have 8 images per class.
+FEWSHOT_LOCAL = grid_lib.FewShot('{out}/data/fashion_mnist',
+                                 args=('--shots=1,2', '--holdout=2', '--seeds=1'))
+FEWSHOT_METRIC = 'fewshot_10shot'
+SWEEP_ROW = 'model, recipe, %'  # The sweep table's row tag: each fraction chooses its own.
 CHOSEN = dict(chosen=True)
 _MATCHED_ROWS = [f'{label} {recipe}' for _, label in MODELS for recipe in RECIPES]
 TABLES = (
@@ -262,12 +277,20 @@ TABLES = (
                    'made)', row='row', col='pct', where=CHOSEN, col_label='% of train: ',
                    log_x=True, metric='accuracy_val'),
     grid_lib.Table('r3_sweep', 'Learning-rate and weight-decay sweep at seed 0 (validation)',
-                   row='row', col='lr_wd', where=dict(arm='sweep'), metric='accuracy_val'),
+                   row=SWEEP_ROW, col='lr_wd', where=dict(arm='sweep'),
+                   metric='accuracy_val'),
     grid_lib.Table('r3_tenx', 'The "10x data" test: strong ViT at 1% vs plain ViT at 10% (test)',
                    row='tenx', col='tenx_col', where=CHOSEN,
                    baseline={'ViT plain, 10%': 'ViT strong, 1%'}),
     grid_lib.Table('r3_posemb', 'Position embeddings of the plain ViT (test)', row='posemb',
                    col='pct', where=CHOSEN, col_label='% of train: ', baseline='learn'),
+    grid_lib.Table('r3_matched_fewshot', 'Matched recipes: 10-shot linear accuracy of the '
+                   'encoder (test)', row='row', col='pct', where=CHOSEN,
+                   col_label='% of train: ', log_x=True, metric=FEWSHOT_METRIC,
+                   baseline={f'{label} strong': f'{label} plain' for _, label in MODELS}),
+    grid_lib.Table('r3_posemb_fewshot', 'Position embeddings of the plain ViT: 10-shot linear '
+                   'accuracy of the encoder (test)', row='posemb', col='pct', where=CHOSEN,
+                   col_label='% of train: ', metric=FEWSHOT_METRIC, baseline='learn'),
 )
 
 

@@ -59,6 +59,20 @@ class Claim:
   margin: float = 1.
 
 
+@dataclasses.dataclass(frozen=True)
+class FewShot:
+  """The few-shot linear accuracy of every finished run's encoder (`python -m vit_jax.fewshot`).
+
+  Shots are drawn from `train_split` of the image folder `dataset` (with `{out}`) and tested on
+  all of its test split; `args` are further flags of the tool (e.g. '--shots=1,2' for folders of
+  a few images per class). The runner measures it after each run, results records it as
+  `fewshot_<k>shot` (mean test accuracy over the tool's seeds).
+  """
+  dataset: str
+  train_split: str = 'train'
+  args: Tuple[str, ...] = ()
+
+
 Records = Mapping[str, Dict[str, Any]]
 
 
@@ -71,6 +85,7 @@ class Grid:
   all; for smoke runs). `resolve(records)`, when set, returns the grid with the runs that
   depend on recorded results (a budget read off a probe's validation curve, the seeds after a
   validation choice) added: the runner calls it after each pass, the report before tabulating.
+  `fewshot`, when set, adds the few-shot linear accuracy of every finished run (`FewShot`).
   """
   runs: Sequence[Run]
   tables: Sequence[Table] = ()
@@ -78,6 +93,7 @@ class Grid:
   folder_limit: int = 0
   claims: Sequence[Claim] = ()
   resolve: Optional[Callable[[Records], 'Grid']] = None
+  fewshot: Optional[FewShot] = None
 
 
 def fully_resolved(grid: Grid, records: Records) -> Grid:
@@ -108,6 +124,14 @@ def load_grid(spec: str) -> Grid:
     raise ValueError(f'{path}: run names must be unique and path-safe ([A-Za-z0-9_.+-]); '
                      f'duplicates {duplicates}, bad {bad}.')
   return grid
+
+
+def fewshot_argv(fewshot: FewShot, run_name: str, out: str,
+                 python: str = sys.executable) -> List[str]:
+  """The argv that measures the few-shot linear accuracy of the run `out/<run_name>` (JSON)."""
+  return [python, '-m', 'vit_jax.fewshot', f'--checkpoint={os.path.join(out, run_name)}',
+          f'--dataset={fewshot.dataset.replace("{out}", out)}',
+          f'--train_split={fewshot.train_split}', *fewshot.args, '--json']
 
 
 def command_argv(run: Run, out: str, python: str = sys.executable) -> List[str]:

@@ -19,11 +19,32 @@ from research.small_data import grid as grid_lib
 
 STATE_FILE = 'study.json'
 RESULTS_FILE = 'results.jsonl'
+FEWSHOT_FILE = 'fewshot.json'
 
 
 def is_finished(workdir: str) -> bool:
   """A run that exported its params (train.py writes metadata.json last)."""
   return all(os.path.isfile(os.path.join(workdir, f)) for f in ('params.npz', 'metadata.json'))
+
+
+def read_fewshot(workdir: str) -> Optional[Dict[str, Any]]:
+  """The run's few-shot measurement (`vit_jax.fewshot --json` and its `command`), if it has one
+  of its current params: one older than params.npz (the run made again since) does not count."""
+  path = os.path.join(workdir, FEWSHOT_FILE)
+  params = os.path.join(workdir, 'params.npz')
+  if not (os.path.isfile(path) and os.path.isfile(params)):
+    return None
+  if os.path.getmtime(path) < os.path.getmtime(params):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def write_fewshot(workdir: str, doc: Mapping[str, Any]) -> None:
+  tmp = os.path.join(workdir, f'{FEWSHOT_FILE}.tmp')
+  with open(tmp, 'w') as f:
+    json.dump(doc, f, indent=1)
+  os.replace(tmp, os.path.join(workdir, FEWSHOT_FILE))
 
 
 def read_state(workdir: str) -> Dict[str, Any]:
@@ -126,7 +147,8 @@ def run_record(run: grid_lib.Run, out: str) -> Dict[str, Any]:
   attempts), and once finished train/val/test accuracy, steps, images seen and compute.
 
   Compute: `train_flops` = 3 x forward FLOPs per image x images seen (steps x batch), plus one
-  teacher forward per image when distilling; evaluation is not counted.
+  teacher forward per image when distilling; evaluation is not counted. With a few-shot
+  measurement of its params (`read_fewshot`): `fewshot_<k>shot` and `fewshot_command`.
   """
   workdir = os.path.join(out, run.name)
   attempts = read_state(workdir)['attempts']
@@ -152,6 +174,10 @@ def run_record(run: grid_lib.Run, out: str) -> Dict[str, Any]:
   curve = val_curve(workdir)
   if curve:
     record['val_curve'] = curve
+  fewshot = read_fewshot(workdir)
+  if fewshot:
+    record['fewshot_command'] = fewshot['command']
+    record.update({f'fewshot_{r["shots"]}shot': r['mean'] for r in fewshot['results']})
   return record
 
 

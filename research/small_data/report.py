@@ -5,6 +5,7 @@ of a write-up are generated, never typed.
 """
 
 import os
+import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -262,6 +263,9 @@ def _finish_plot(plt, fig, ax, png_path: str) -> None:
 
 
 def _metric_name(metric: str) -> str:
+  few = re.fullmatch(r'fewshot_(\d+)shot', metric)
+  if few:
+    return f'{few[1]}-shot linear accuracy'
   return metric.replace('accuracy_', '') + ' accuracy'
 
 
@@ -269,23 +273,34 @@ def _pct(value: Optional[float]) -> str:
   return '' if value is None else f'{100 * value:.2f}'
 
 
-def runs_markdown(runs: Sequence[grid_lib.Run], records: Mapping[str, Dict[str, Any]]) -> str:
-  """Every run: train / val / test accuracy, steps, compute, wall time and exact command."""
-  lines = ['| run | train acc. (%) | val acc. (%) | test acc. (%) | steps | images seen | '
-           'fwd MFLOPs/img | train TFLOPs | wall time | command |',
-           '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |']
+def runs_markdown(runs: Sequence[grid_lib.Run], records: Mapping[str, Dict[str, Any]],
+                  fewshot: bool = False) -> str:
+  """Every run: train / val / test accuracy (and, with `fewshot`, the few-shot linear accuracy
+  of its encoder per number of shots), steps, compute, wall time and exact command."""
+  head = ['run', 'train acc. (%)', 'val acc. (%)', 'test acc. (%)']
+  head += ['few-shot linear (%), shots: accuracy'] if fewshot else []
+  head += ['steps', 'images seen', 'fwd MFLOPs/img', 'train TFLOPs', 'wall time', 'command']
+  lines = ['| ' + ' | '.join(head) + ' |', '|' + ' --- |' * len(head)]
   for run in runs:
     r = records.get(run.name)
     if r is None or not r.get('finished'):
       wall = _fmt_wall(r['wall_s']) if r else ''
-      lines.append(f'| {run.name} | | | unfinished | | | | | {wall} | |')
+      lines.append(f'| {run.name} | | | unfinished |' + ' |' * (len(head) - 6) + f' {wall} | |')
       continue
-    lines.append(
-        f'| {run.name} | {_pct(r["accuracy_train"])} | {_pct(r["accuracy_val"])} | '
-        f'{_pct(r["accuracy_test"])} | {r["steps"]} | {r["images_seen"] or ""} | '
-        f'{r["forward_flops"] / 1e6:.1f} | {_scaled(r["train_flops"], 1e12)} | '
-        f'{_fmt_wall(r["wall_s"])} | `{r["command"]}` |')
+    cells = [run.name, _pct(r['accuracy_train']), _pct(r['accuracy_val']),
+             _pct(r['accuracy_test'])]
+    cells += [_fewshot_cell(r)] if fewshot else []
+    cells += [str(r['steps']), str(r['images_seen'] or ''), f'{r["forward_flops"] / 1e6:.1f}',
+              _scaled(r['train_flops'], 1e12), _fmt_wall(r['wall_s']), f'`{r["command"]}`']
+    lines.append('| ' + ' | '.join(cells) + ' |')
   return '\n'.join(lines)
+
+
+def _fewshot_cell(record: Mapping[str, Any]) -> str:
+  """'1: 61.20, 5: 70.05, ...' from a record's fewshot_<k>shot fields ('' before it is measured)."""
+  shots = sorted((int(m[1]), v) for k, v in record.items()
+                 for m in [re.fullmatch(r'fewshot_(\d+)shot', k)] if m)
+  return ', '.join(f'{k}: {100 * v:.2f}' for k, v in shots)
 
 
 def _scaled(value: Optional[float], unit: float) -> str:
@@ -329,7 +344,7 @@ def report_markdown(grid: grid_lib.Grid, records: Mapping[str, Dict[str, Any]], 
     plot_compute(table, grid.runs, records, os.path.join(report_dir, compute_png))
     parts.append(f'![{table.title}]({image_dir}/{png}) '
                  f'![{table.title}: by compute]({image_dir}/{compute_png})')
-  parts += ['### Every run', runs_markdown(grid.runs, records)]
+  parts += ['### Every run', runs_markdown(grid.runs, records, fewshot=grid.fewshot is not None)]
   return '\n\n'.join(parts) + '\n'
 
 

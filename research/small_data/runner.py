@@ -5,8 +5,11 @@ holds its finished record for the same command (a run made on another machine or
 directory since deleted); it is then skipped, unless a run still to do needs its directory (a
 teacher's or pretrained params.npz): then it is made again, with the same command and seed. An
 unfinished run is started again with the same command, which resumes from its orbax checkpoint.
+A grid that declares `fewshot` also gets, after each finished run, the few-shot linear accuracy
+of its encoder (`measure_fewshot`).
 """
 
+import json
 import os
 import shlex
 import signal
@@ -47,6 +50,41 @@ def execute(run: grid_lib.Run, out: str, python: str = sys.executable) -> int:
       raise
   records.end_attempt(workdir, time.time() - start, returncode)
   return returncode
+
+
+def measure_fewshot(run: grid_lib.Run, fewshot: grid_lib.FewShot, out: str,
+                    python: str = sys.executable) -> str:
+  """Measures the few-shot linear accuracy of a finished run's encoder into its fewshot.json
+  (the tool's output appended to its study.log), unless it has one for its current params and
+  the same command; returns a line for the log ('' when nothing was to do).
+
+  A failed measurement is a line, not an error: the run stays finished and its record lacks the
+  few-shot fields; the next pass tries again.
+  """
+  workdir = os.path.join(out, run.name)
+  command = shlex.join(grid_lib.fewshot_argv(fewshot, run.name, out, python='python'))
+  done = records.read_fewshot(workdir)
+  if not records.is_finished(workdir) or (done and done.get('command') == command):
+    return ''
+  argv = grid_lib.fewshot_argv(fewshot, run.name, out, python)
+  start = time.time()
+  with open(os.path.join(workdir, LOG_FILE), 'a') as log:
+    log.write(f'\n$ {shlex.join(argv)}\n')
+    log.flush()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True)
+    try:
+      stdout, _ = proc.communicate()
+    except KeyboardInterrupt:
+      proc.send_signal(signal.SIGTERM)
+      proc.wait()
+      raise
+  if proc.returncode != 0:
+    return (f'{run.name}: few-shot FAILED ({proc.returncode}); see '
+            f'{os.path.join(workdir, LOG_FILE)}')
+  doc = dict(json.loads(stdout), command=command)
+  records.write_fewshot(workdir, doc)
+  shots = ', '.join(f'{r["shots"]}-shot {100 * r["mean"]:.2f}%' for r in doc['results'])
+  return f'{run.name}: few-shot linear {shots} in {time.time() - start:.0f}s'
 
 
 def finished_in_results(run: grid_lib.Run, out: str, results: Mapping[str, Dict]) -> bool:
@@ -102,6 +140,7 @@ def _run_pass(grid: grid_lib.Grid, out: str, *, python: str, log: Callable[[str]
     if run.name not in todo:
       where = '' if records.is_finished(workdir) else f' (in {results})'
       log(f'[{i + 1}/{len(grid.runs)}] {run.name}: finished{where}, skipped')
+      _fewshot(run, grid, out, python, log, results)
       continue
     log(f'[{i + 1}/{len(grid.runs)}] {run.name}: {run.command}')
     start = time.time()
@@ -114,6 +153,17 @@ def _run_pass(grid: grid_lib.Grid, out: str, *, python: str, log: Callable[[str]
       failed.append(run.name)
     if results:
       records.update_results(results, grid, out)
+    _fewshot(run, grid, out, python, log, results)
   if results:
     records.update_results(results, grid, out)
   return failed
+
+
+def _fewshot(run: grid_lib.Run, grid: grid_lib.Grid, out: str, python: str,
+             log: Callable[[str], None], results: str) -> None:
+  """The grid's few-shot measurement of `run` (when it declares one and it is due)."""
+  line = measure_fewshot(run, grid.fewshot, out, python) if grid.fewshot else ''
+  if line:
+    log(line)
+    if results:
+      records.update_results(results, grid, out)
