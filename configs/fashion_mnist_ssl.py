@@ -31,11 +31,11 @@ import ml_collections
 from vit_jax import config_lib
 
 
-def stage(**overrides) -> ml_collections.ConfigDict:
-  """One stage on Fashion-MNIST at 28px with the shared patch-4 ViT."""
+def stage(patch: int = 4, **overrides) -> ml_collections.ConfigDict:
+  """One stage on Fashion-MNIST at 28px with the shared ViT (width 128, 4 blocks) at `patch`."""
   config = config_lib.with_dataset(config_lib.get_config(), 'fashion_mnist')
-  config.model = config_lib.small_vit('ViT-FMNIST_4', patch=4, hidden=128, layers=4, mlp=256,
-                                      heads=4)
+  config.model = config_lib.small_vit(f'ViT-FMNIST_{patch}', patch=patch, hidden=128, layers=4,
+                                      mlp=256, heads=4)
   config.pp.crop = 28
   config.update(dict(pretrained_dir='', total_steps=0, optim='adamw', batch=256,
                      batch_eval=1000, accum_steps=1, optim_dtype='float32',
@@ -53,24 +53,32 @@ PRETRAIN = {
 }
 
 
+PATCHES = (4, 7)  # 28px in 7x7 or 4x4 tokens: the study's `vit4` and `vit` (round 3's ViT).
+
+
 def get_config(arg: str = 'mae'):
   """`:METHOD,stage1` is stage 1 alone (the study's fine-tunes start from its export);
+  `,patch=7` pretrains the study's patch-7 ViT instead (small-data study round 3);
   `:runlocal` shrinks both stages for a smoke test (config_lib.shrink)."""
   parts, runlocal = config_lib.parse_arg(arg)
   stage1 = 'stage1' in parts
-  parts = tuple(p for p in parts if p != 'stage1')
-  if len(parts) != 1 or parts[0] not in PRETRAIN:
-    raise ValueError(f'Use configs/fashion_mnist_ssl.py:mae or :mpp (,stage1), got {arg!r}')
-  method = parts[0]
+  patch = [p.partition('=')[2] for p in parts if p.startswith('patch=')]
+  parts = tuple(p for p in parts if p != 'stage1' and not p.startswith('patch='))
+  if (len(parts) != 1 or parts[0] not in PRETRAIN or len(patch) > 1
+      or patch and patch[0] not in {str(p) for p in PATCHES}):
+    raise ValueError(f'Use configs/fashion_mnist_ssl.py:mae or :mpp (,stage1)(,patch=4 or 7), '
+                     f'got {arg!r}')
+  method, patch = parts[0], int(patch[0]) if patch else PATCHES[0]
   config = ml_collections.ConfigDict()
   config.trainer = 'pretrain_then_finetune'  # Runs config.pretrain, then config.finetune.
   # Stage 1: the 60k training images, labels unused; eval = the method's loss on the test set.
-  config.pretrain = stage(trainer=method, eval_every=0, checkpoint_every=250, **PRETRAIN[method])
+  config.pretrain = stage(patch, trainer=method, eval_every=0, checkpoint_every=250,
+                          **PRETRAIN[method])
   config.pretrain.pp.train_aug = 'pad_flip'
   if stage1:
     return config_lib.finish(config.pretrain, runlocal)
   # Stage 2: from stage 1's encoder (pretrained_path is set by the trainer), a new head.
-  config.finetune = stage(num_epochs=6., base_lr=1e-3, weight_decay=0.05, warmup_steps=140,
+  config.finetune = stage(patch, num_epochs=6., base_lr=1e-3, weight_decay=0.05, warmup_steps=140,
                           eval_every=703)
   config.finetune.pp.train_aug = 'none'
   return config_lib.finish(config, runlocal)

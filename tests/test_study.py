@@ -517,7 +517,8 @@ def test_round3_stages_appear_as_their_records_come_and_every_claim_gets_its_run
   names = {r.name for r in grid.runs}
   assert {'r3_swin_plain_p1_s2', 'r3_vit_strong_p1_s1', 'r3_vit_pe-relative_p5_s2',
           'r3_vit_pe-none_p1_s0', 'r3_vit_strong_p1_s0_lr1.5e-3_wd0.3'} <= names
-  assert len(grid.runs) == 10 + 10 * 3 + 10 * 2 + 4 * 2 * 3  # Probes, sweeps, seeds, posemb.
+  # Probes, sweeps, seeds, posemb; then label-free pretraining (MAE, MPP) and 3 fine-tunes each.
+  assert len(grid.runs) == 10 + 10 * 3 + 10 * 2 + 4 * 2 * 3 + 2 * (1 + 3)
   full = grid_lib.load_grid(f'{ROUND3_GRID}:wds=0.05+0.3').resolve(records_)
   assert len([r for r in full.runs if r.tags.get('arm') == 'sweep']) == 10 * 3 * 2
   _finish(grid, records_, lambda run: .75)
@@ -657,10 +658,13 @@ def test_the_round3_estimate_adds_each_stage_at_half_the_probe_as_budget():
   module = config_lib.load_config_module(ROUND3_GRID)
   got = module.estimate_seconds(
       'seeds=3,lrs=1e-3+2e-3,wds=0.05,probe_steps=1:100+5:100+10:100,strong_probe_x=2',
-      rates=collections.defaultdict(lambda: 1.), posemb_factor={'relative': 2.})
+      rates=collections.defaultdict(lambda: 1.), posemb_factor={'relative': 2.},
+      ssl_rates={'mae': 1., 'mpp': 2.})
   probes = 4 * 100 + 4 * 200 + 100 + 100  # Plain and strong at 1%, the plain ViT at 5%, 10%.
+  # MAE 15 epochs of the 60k images at batch 256, MPP 10; each fine-tunes 3 seeds of 50 steps.
   assert got == dict(probe=probes, sweep=2 * probes / 2, seeds=2 * probes / 2,
-                     posemb=2 * 3 * 50 * (1 + 1 + 1 + 2))  # 1% and 5%, three seeds.
+                     posemb=2 * 3 * 50 * (1 + 1 + 1 + 2),  # 1% and 5%, three seeds.
+                     ssl=3515 * 1. + 2343 * 2. + 2 * 3 * 50)
 
 
 def test_round3_parts_pick_their_arms():
@@ -669,8 +673,8 @@ def test_round3_parts_pick_their_arms():
       'parts=matched')
   assert names('parts=tenx') == {'r3_vit_plain_p1_probe', 'r3_vit_strong_p1_probe',
                                  'r3_vit_plain_p10_probe'}
-  with pytest.raises(ValueError, match=r"Unknown part 'ssl' in parts=matched\+ssl"):
-    grid_lib.load_grid(f'{ROUND3_GRID}:parts=matched+ssl')
+  with pytest.raises(ValueError, match=r"Unknown part 'mim' in parts=matched\+mim"):
+    grid_lib.load_grid(f'{ROUND3_GRID}:parts=matched+mim')
   # models= keeps the matched part to some models; the ViT's arms always run (others read them).
   assert names('models=resnet,parts=matched') == {
       f'r3_{m}_{r}_p1_probe' for m in ('vit', 'resnet') for r in ('plain', 'strong')}
@@ -785,3 +789,55 @@ def test_every_finished_run_gets_its_encoders_few_shot_measured_once_per_params(
     runner.run_grid(g, str(out), python=str(python), log=lambda _: None, results=str(results))
   assert (fewshot_calls('a'), fewshot_calls('b')) == (3, 3)
   assert records.read_results(str(results))['b']['fewshot_command'].endswith('--shots=1 --json')
+
+
+def test_round3_ssl_fine_tunes_the_plain_vits_choice_from_each_encoder_once_all_are_chosen():
+  records_ = {}
+  grid = grid_lib.load_grid(ROUND3_GRID)
+  _finish(grid, records_, lambda run: .7)
+  grid = grid.resolve(records_)
+  sweeps = [r for r in grid.runs if r.tags.get('arm') == 'sweep']
+  best = lambda run: .8 if run.tags.get('lr') == '1.5e-3' else .7  # noqa: E731
+  assert sweeps[0].name.startswith('r3_vit_plain_p1_s0_')
+  _finish(grid_lib.Grid(runs=sweeps[:3]), records_, best)  # Only the plain ViT at 1% chose.
+  grid = grid.resolve(records_)
+  assert 'r3_vit_plain_p1_s1' in {r.name for r in grid.runs}
+  assert not any(r.tags.get('arm', '').startswith('ssl') for r in grid.runs)
+  _finish(grid, records_, best)
+  grid = grid_lib.fully_resolved(grid, records_)
+  ssl = [r for r in grid.runs if r.tags.get('arm', '').startswith('ssl')]
+  assert grid.runs[-len(ssl):] == ssl  # Last: after every other part's runs.
+  scratch = {r.name: r for r in grid.runs if r.tags.get('init') == 'scratch' and r.tags['chosen']}
+  assert set(scratch) == {'r3_vit_plain_p1_s0_lr1.5e-3_wd0.05', 'r3_vit_plain_p1_s1',
+                          'r3_vit_plain_p1_s2'}
+  for method in ('mae', 'mpp'):
+    pretrain = next(r for r in ssl if r.name == f'r3_{method}_pretrain')
+    assert pretrain.command.endswith(f'fashion_mnist_ssl.py:{method},stage1,patch=7')
+    for s in range(3):  # Only the start differs from the scratch row of the same slice.
+      tuned = next(r for r in ssl if r.name == f'r3_vit_{method}_p1_s{s}')
+      base = next(r for r in scratch.values() if r.tags['seed'] == s)
+      assert tuned.command == base.command + (
+          f' --config.pretrained_path={{out}}/r3_{method}_pretrain')
+      assert tuned.tags['init'] == f'{method.upper()} encoder' and tuned.tags['chosen']
+  # The pretrained encoder has the fine-tuned model's parameter tree.
+  ssl_config = config_lib.load_config_module(os.path.join(ROOT, 'configs',
+                                                          'fashion_mnist_ssl.py'))
+  encoder = ssl_config.get_config('mae,stage1,patch=7').model.to_dict()
+  study = STUDY_CONFIG.get_config('model=vit,pct=1').model.to_dict()
+  differ = {k for k in encoder.keys() | study.keys() if encoder.get(k) != study.get(k)}
+  assert differ <= {'model_name', 'name', 'attention_impl'}, differ
+  with pytest.raises(ValueError, match=r'patch=4 or 7\), got .mae,patch=5'):
+    ssl_config.get_config('mae,patch=5')
+
+
+def test_a_label_free_pretraining_run_records_its_loss_not_accuracies_or_flops(tmp_path):
+  out = tmp_path / 'out'
+  fake_run_dir(out, 'mae', None, self_supervised=dict(method='mae', loss_test=.25))
+  meta = json.loads((out / 'mae' / 'metadata.json').read_text())
+  del meta['accuracy'], meta['num_examples']
+  (out / 'mae' / 'metadata.json').write_text(json.dumps(dict(meta, num_classes=0)))
+  record = records.run_record(grid_lib.Run('mae', 'python x'), str(out))
+  assert record['finished'] and record['loss_test'] == .25
+  assert record['accuracy_test'] is None and record['train_flops'] is None
+  assert '| mae |  |  |  | 100 | 12800 |' in report.runs_markdown(
+      [grid_lib.Run('mae', 'python x')], {'mae': record})

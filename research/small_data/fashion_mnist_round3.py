@@ -47,9 +47,15 @@ TENX_COL = '1% vs 10%'
 # while RandAugment + Mixup was still rising at 4,000 (1%): the strong recipe's probes run
 # `strong_probe_x` times longer.
 # `parts`: which of the round's parts run (matched: the 8 arms at 1%; tenx: the plain ViT at
-# 10%; posemb: the plain ViT at 5% and the position embeddings at 1% and 5%); `models`: which
-# models the matched part trains (the ViT's arms always run: the other parts read them).
-PARTS = ('matched', 'tenx', 'posemb')
+# 10%; posemb: the plain ViT at 5% and the position embeddings at 1% and 5%; ssl: label-free
+# pretraining, then the plain ViT's 1% arm from its encoder); `models`: which models the
+# matched part trains (the ViT's arms always run: the other parts read them).
+PARTS = ('matched', 'tenx', 'posemb', 'ssl')
+# The ssl part: each method pretrains the study's ViT (patch 7) on the 60k training images
+# without labels, as configs/fashion_mnist_ssl.py defines it (MAE 15 epochs, MPP 10); the plain
+# ViT's 1% arm is then fine-tuned from its encoder at the arm's chosen lr, wd and budget.
+SSL = {'mae': 'MAE encoder', 'mpp': 'MPP encoder'}
+SCRATCH = 'scratch'  # The plain ViT's own 1% arm: the ssl part's baseline row.
 # `lr_edge`: how many times a best learning rate at the edge of `lrs` extends the sweep one
 # step past it before the choice is made (0: never).
 # `wds=recipe`: the sweep is over learning rates at the recipe's own weight decay (the study
@@ -61,6 +67,7 @@ OPTIONS = dict(seeds='3', lrs='5e-4+1.5e-3+4e-3', wds=RECIPE_WD,
                models='+'.join(m for m, _ in MODELS))
 
 Arm = Tuple[str, str, int]  # (model, recipe, pct)
+SSL_ARM: Arm = ('vit', 'plain', 1)
 
 
 def _known(text: str, name: str, allowed: Sequence[str]) -> Set[str]:
@@ -153,6 +160,8 @@ def _tags(of: Arm, seed: int, **extra) -> Dict[str, Any]:
     tags.update(tenx=f'{LABELS[model]} {recipe}, {pct}%', tenx_col=TENX_COL)
   if (model, recipe) == ('vit', 'plain') and pct in POSEMB_PCTS:
     tags['posemb'] = 'learn'
+  if of == SSL_ARM:
+    tags['init'] = SCRATCH
   return tags
 
 
@@ -220,6 +229,25 @@ def posemb_runs(choice: Choice, base: Dict, seeds: int) -> List[grid_lib.Run]:
           for pe in posembs for s in range(seeds)]
 
 
+def ssl_runs(choice: Choice, base: Dict, seeds: int) -> List[grid_lib.Run]:
+  """Each method's pretraining, then the plain ViT's 1% arm from its encoder on every seed (its
+  choice's lr, wd and budget: only the start differs from the scratch row)."""
+  lr, wd = choice.chosen
+  runs = []
+  for method, label in SSL.items():
+    pretrain = f'r3_{method}_pretrain'
+    runs.append(grid_lib.Run(pretrain, 'python -m vit_jax.main --config=configs/'
+                             f'fashion_mnist_ssl.py:{method},stage1,patch=7',
+                             dict(arm='ssl_pretrain', method=method)))
+    runs += [round2.run(f'r3_vit_{method}_p1_s{s}',
+                        dict(_tags(choice.arm, s, arm='ssl', lr=lr, wd=wd, chosen=True),
+                             init=label), base,
+                        **_values(choice.arm, s, choice.budget, lr=lr, wd=wd,
+                                  extra=f' --config.pretrained_path={{out}}/{pretrain}'))
+             for s in range(seeds)]
+  return runs
+
+
 def grid_runs(opts: Mapping[str, str], runlocal: bool,
               records: grid_lib.Records) -> List[grid_lib.Run]:
   """Probes, then the sweeps whose budget is known, then the seeds and position embeddings
@@ -234,6 +262,9 @@ def grid_runs(opts: Mapping[str, str], runlocal: bool,
   runs += [r for c in chosen for r in seed_runs(c, base, seeds)]
   runs += [r for c in chosen if c.arm[:2] == ('vit', 'plain') and c.arm[2] in POSEMB_PCTS
            and 'posemb' in opts['parts'].split('+') for r in posemb_runs(c, base, seeds)]
+  # Last, once every choice is made: the parts the verdicts on the recipes need run first.
+  if 'ssl' in opts['parts'].split('+') and not runlocal and len(chosen) == len(choices):
+    runs += ssl_runs(next(c for c in chosen if c.arm == SSL_ARM), base, seeds)
   return runs
 
 
@@ -284,6 +315,9 @@ TABLES = (
                    baseline={'ViT plain, 10%': 'ViT strong, 1%'}),
     grid_lib.Table('r3_posemb', 'Position embeddings of the plain ViT (test)', row='posemb',
                    col='pct', where=CHOSEN, col_label='% of train: ', baseline='learn'),
+    grid_lib.Table('r3_ssl', 'Label-free pretraining, then the plain ViT\'s 1% arm (test)',
+                   row='init', col='pct', where=CHOSEN, col_label='% of train: ',
+                   baseline=SCRATCH),
     grid_lib.Table('r3_matched_fewshot', 'Matched recipes: 10-shot linear accuracy of the '
                    'encoder (test)', row='row', col='pct', where=CHOSEN,
                    col_label='% of train: ', log_x=True, metric=FEWSHOT_METRIC,
@@ -321,6 +355,8 @@ CLAIMS = (
            '1 point of the plain ViT at 10%', 'r3_tenx', 'ViT strong, 1%', 'ViT plain, 10%',
            TENX_COL, kind='within'),
 ) + tuple(
+    _claim(f'Label-free pretraining helps the plain ViT (1%): {label} − scratch', 'r3_ssl',
+           label, SCRATCH) for label in SSL.values()) + tuple(
     _claim(f'Position embeddings help ({p}%): learn − none', 'r3_posemb', 'learn', 'none', p)
     for p in POSEMB_PCTS) + tuple(
     _claim(f'The kind matters little ({p}%): {pe} within 1 point of learn', 'r3_posemb', pe,
@@ -344,20 +380,33 @@ RATES = {('vit', 'plain'): 0.135, ('vit', 'strong'): 0.135 * _STRONG,
          ('resnet', 'plain'): 0.359, ('resnet', 'strong'): 0.359 * 0.145 / 0.135,
          ('swin', 'plain'): 0.391, ('swin', 'strong'): 0.391 * _STRONG}
 POSEMB_FACTOR = {'relative': 1.13}
+# Label-free pretraining of the patch-7 ViT, seconds per step of batch 256: 57 steps each of
+# `configs/fashion_mnist_ssl.py:METHOD,stage1,patch=7`, 2026-11-27, beside the grid's runs on
+# the same 2 vCPUs (MAE 19.5 s, MPP 28.6 s from the first step to the last).
+SSL_RATES = {'mae': 19.5 / 57, 'mpp': 28.6 / 57}
+SSL_CONFIG = 'configs/fashion_mnist_ssl.py'
+FASHION_MNIST_TRAIN = 60_000  # Images the pretraining reads (labels unused).
+
+
+def pretrain_steps(method: str) -> int:
+  """Steps of a method's pretraining: its config's epochs over the 60k images (state.py)."""
+  config = config_lib.load_config_module(SSL_CONFIG).get_config(f'{method},stage1,patch=7')
+  return max(int(config.num_epochs * FASHION_MNIST_TRAIN // config.batch), 1)
 
 
 def estimate_seconds(arg: str, rates: Mapping[Tuple[str, str], float],
-                     posemb_factor: Mapping[str, float], budget_fraction: float = 0.5
+                     posemb_factor: Mapping[str, float],
+                     ssl_rates: Mapping[str, float] = SSL_RATES, budget_fraction: float = 0.5
                      ) -> Dict[str, float]:
   """Run time of each stage of `get_grid(arg)`, before any run: budgets are not known until the
   probes ran, so each arm's budget is taken as `budget_fraction` of its probe's steps.
 
   `rates`: seconds per step of (model, recipe); `posemb_factor`: a position embedding's step
-  time relative to 'learn' (1 where absent).
+  time relative to 'learn' (1 where absent); `ssl_rates`: seconds per pretraining step.
   """
   opts, runlocal = parse(arg)
   seeds, lrs = int(opts['seeds']), len(select.parse_values(opts['lrs'], 'lrs'))
-  out = dict(probe=0., sweep=0., seeds=0., posemb=0.)
+  out = dict(probe=0., sweep=0., seeds=0., posemb=0., ssl=0.)
   for arm in arms(runlocal, opts['parts'], opts['models']):
     sweep = lrs * len(weight_decays(arm, opts['wds']))
     probe = probe_run(arm, {}, opts)
@@ -370,4 +419,6 @@ def estimate_seconds(arg: str, rates: Mapping[Tuple[str, str], float],
     if (arm[:2] == ('vit', 'plain') and arm[2] in POSEMB_PCTS
         and 'posemb' in opts['parts'].split('+')):
       out['posemb'] += sum(rate * posemb_factor.get(pe, 1.) * budget * seeds for pe in POSEMBS)
+    if arm == SSL_ARM and 'ssl' in opts['parts'].split('+') and not runlocal:
+      out['ssl'] += sum(ssl_rates[m] * pretrain_steps(m) + rate * budget * seeds for m in SSL)
   return out

@@ -147,7 +147,10 @@ def run_record(run: grid_lib.Run, out: str) -> Dict[str, Any]:
   attempts), and once finished train/val/test accuracy, steps, images seen and compute.
 
   Compute: `train_flops` = 3 x forward FLOPs per image x images seen (steps x batch), plus one
-  teacher forward per image when distilling; evaluation is not counted. With a few-shot
+  teacher forward per image when distilling; evaluation is not counted. A label-free
+  pretraining run (its metadata's `self_supervised`) has no accuracies and no training
+  FLOPs: its method's test loss is `loss_test`; a run fine-tuned from it counts its own steps
+  only. With a few-shot
   measurement of its params (`read_fewshot`): `fewshot_<k>shot` and `fewshot_command`.
   """
   workdir = os.path.join(out, run.name)
@@ -167,10 +170,13 @@ def run_record(run: grid_lib.Run, out: str) -> Dict[str, Any]:
   record.update(
       steps=steps, batch=batch, images_seen=images,
       accuracy_train=meta.get('accuracy_train'), accuracy_val=meta.get('accuracy_val'),
-      accuracy_test=meta['accuracy'], num_examples_train=meta.get('num_examples_train'),
-      num_examples_val=meta.get('num_examples_val'), num_examples_test=meta['num_examples'],
+      accuracy_test=meta.get('accuracy'), num_examples_train=meta.get('num_examples_train'),
+      num_examples_val=meta.get('num_examples_val'), num_examples_test=meta.get('num_examples'),
       forward_flops=flops, flops_source=source, teacher_forward_flops=teacher_flops,
       train_flops=(TRAIN_FLOPS_FACTOR * flops + teacher_flops) * images if images else None)
+  if meta.get('self_supervised'):  # Not counted: its encoder may see a part of the tokens
+    # (MAE: a quarter) and a decoder or prediction head runs beside it.
+    record.update(loss_test=meta['self_supervised'].get('loss_test'), train_flops=None)
   curve = val_curve(workdir)
   if curve:
     record['val_curve'] = curve
