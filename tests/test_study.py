@@ -741,6 +741,7 @@ if [ "$2" = vit_jax.fewshot ]; then
   dir=${3#--checkpoint=}
   echo x >> "$dir/fewshot_calls"
   if [ -e "$dir/broken" ]; then echo "Error: broken" >&2; exit 1; fi
+  if [ -e "$dir/garbled" ]; then echo "not JSON"; exit 0; fi
   echo '{"results": [{"shots": 1, "mean": 0.25}, {"shots": 10, "mean": 0.5}]}'
   exit 0
 fi
@@ -778,6 +779,12 @@ def test_every_finished_run_gets_its_encoders_few_shot_measured_once_per_params(
   assert got['b']['finished'] and 'fewshot_1shot' not in got['b']
   assert (fewshot_calls('a'), fewshot_calls('b')) == (1, 1)
   (out / 'b' / 'broken').unlink()
+  (out / 'b' / 'garbled').touch()  # Output that is not the tool's JSON: a failure, logged.
+  lines.clear()
+  runner.run_grid(grid, str(out), python=str(python), log=lines.append, results=str(results))
+  assert any(line.startswith('b: few-shot FAILED (0); see ') for line in lines), lines
+  assert 'not JSON' in (out / 'b' / runner.LOG_FILE).read_text()
+  (out / 'b' / 'garbled').unlink()
   runner.run_grid(grid, str(out), python=str(python), log=lambda _: None, results=str(results))
   assert records.read_results(str(results))['b']['fewshot_10shot'] == .5
   # New params (the run made again) or another measurement: measured again.
@@ -787,7 +794,7 @@ def test_every_finished_run_gets_its_encoders_few_shot_measured_once_per_params(
   other = dataclasses.replace(grid, fewshot=dataclasses.replace(fewshot, args=('--shots=1',)))
   for g in (grid, other):
     runner.run_grid(g, str(out), python=str(python), log=lambda _: None, results=str(results))
-  assert (fewshot_calls('a'), fewshot_calls('b')) == (3, 3)
+  assert (fewshot_calls('a'), fewshot_calls('b')) == (3, 4)
   assert records.read_results(str(results))['b']['fewshot_command'].endswith('--shots=1 --json')
 
 

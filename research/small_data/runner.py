@@ -78,10 +78,15 @@ def measure_fewshot(run: grid_lib.Run, fewshot: grid_lib.FewShot, out: str,
       proc.send_signal(signal.SIGTERM)
       proc.wait()
       raise
-  if proc.returncode != 0:
+  try:
+    doc = dict(json.loads(stdout), command=command) if proc.returncode == 0 else None
+  except ValueError:  # Not the tool's JSON document: kept in the log, as a failure.
+    with open(os.path.join(workdir, LOG_FILE), 'a') as log:
+      log.write(stdout)
+    doc = None
+  if doc is None:
     return (f'{run.name}: few-shot FAILED ({proc.returncode}); see '
             f'{os.path.join(workdir, LOG_FILE)}')
-  doc = dict(json.loads(stdout), command=command)
   records.write_fewshot(workdir, doc)
   shots = ', '.join(f'{r["shots"]}-shot {100 * r["mean"]:.2f}%' for r in doc['results'])
   return f'{run.name}: few-shot linear {shots} in {time.time() - start:.0f}s'
