@@ -503,11 +503,13 @@ def test_round3_stages_appear_as_their_records_come_and_every_claim_gets_its_run
   assert {(r.tags['recipe'], r.tags['wd']) for r in sweeps} == {('plain', '0.05'),
                                                                  ('strong', '0.3')}
   assert not any(r.tags['chosen'] for r in sweeps)
-  # The sweep table: a row per arm and fraction (each fraction chooses its own), one run a cell.
+  # The sweep table: a row per arm and fraction (each fraction chooses its own) and weight
+  # decay, a column per learning rate in increasing order, one run a cell.
   table = next(t for t in grid.tables if t.name == 'r3_sweep')
-  rows, _, cells = report.table_cells(table, grid.runs)
-  assert {'ViT plain, 1%', 'ViT plain, 10%', 'Swin strong, 1%'} <= set(rows) and len(rows) == 10
-  assert all(len(names) == 1 for names in cells.values())
+  rows, cols, cells = report.table_cells(table, grid.runs)
+  assert {'ViT plain, 1%, wd 0.05', 'ViT plain, 10%, wd 0.05', 'Swin strong, 1%, wd 0.3'} <= set(
+      rows) and len(rows) == 10
+  assert cols == [5e-4, 1.5e-3, 4e-3] and all(len(names) == 1 for names in cells.values())
   # The sweep's best validation run wins, whatever its test accuracy (1.5e-3: inside the grid).
   best = lambda run: .8 if run.tags.get('lr') == '1.5e-3' else .7  # noqa: E731
   _finish(grid, records_, best)
@@ -521,6 +523,8 @@ def test_round3_stages_appear_as_their_records_come_and_every_claim_gets_its_run
   assert len(grid.runs) == 10 + 10 * 3 + 10 * 2 + 4 * 2 * 3 + 2 * (1 + 3)
   full = grid_lib.load_grid(f'{ROUND3_GRID}:wds=0.05+0.3').resolve(records_)
   assert len([r for r in full.runs if r.tags.get('arm') == 'sweep']) == 10 * 3 * 2
+  rows, _, cells = report.table_cells(table, full.runs)
+  assert len(rows) == 20 and all(len(names) == 1 for names in cells.values())
   _finish(grid, records_, lambda run: .75)
   tables = {t.name: t for t in grid.tables}
   for claim in grid.claims:  # Every claim's terms name rows that have runs on three slices.
@@ -627,6 +631,24 @@ def test_plots_give_each_row_its_style_and_keep_the_legend_off_the_data(tmp_path
   assert 'a, 1' in labels and 'a, 5' in labels  # Compute plots tell the fractions apart.
   markers = {h.get_paths()[0].vertices.tobytes() for h in ax.collections[:2]}
   assert len(markers) == 2
+
+
+def test_plots_leave_out_rows_without_a_finished_run_and_draw_lines_left_to_right(
+    tmp_path, monkeypatch):
+  table = grid_lib.Table('t', 'T', row='arm', col='lr', log_x=True, sort_cols=True)
+  runs = [grid_lib.Run(f'{a}{lr}', 'x', dict(arm=a, lr=lr)) for a in 'ab' for lr in (5e-4, 1e-4)]
+  records_ = {'a0.0005': dict(accuracy_test=.7), 'a0.0001': dict(accuracy_test=.6)}  # b: none.
+  assert report.table_cells(table, runs)[1] == [1e-4, 5e-4]
+  png = str(tmp_path / 'p.png')
+  ax = _captured_figure(monkeypatch, report.plot_table, table, runs, records_, png).axes[0]
+  assert [c.get_label() for c in ax.containers] == ['a']  # Lines: 'b' has no finished run.
+  line = ax.containers[0].lines[0]
+  assert list(line.get_xdata()) == [1e-4, 5e-4] and list(line.get_ydata()) == [60., 70.]
+  bars = dataclasses.replace(table, row='lr', col='arm')  # Bars: rows 5e-4 and 1e-4 only.
+  runs.append(grid_lib.Run('c', 'x', dict(arm='a', lr=1.)))
+  ax = _captured_figure(monkeypatch, report.plot_table, bars, runs, records_, png).axes[0]
+  assert [c.get_label() for c in ax.containers if not c.get_label().startswith('_')] == [
+      '0.0005', '0.0001']
 
 
 def test_round3_probes_give_the_strong_recipe_longer_and_evaluate_along_the_way():

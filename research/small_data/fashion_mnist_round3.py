@@ -202,8 +202,9 @@ def sweep_runs(choice: Choice, base: Dict) -> List[grid_lib.Run]:
   """Seed 0 at the probe's budget for each (lr, wd); the chosen one is tagged `chosen`. The sweep
   table has a row per arm and fraction: each fraction's sweep makes its own choice."""
   return [round2.run(name, _tags(choice.arm, 0, arm='sweep', lr=lr, wd=wd,
-                                 lr_wd=f'lr {lr}, wd {wd}', chosen=(lr, wd) == choice.chosen,
-                                 **{SWEEP_ROW: f'{row_label(choice.arm)}, {choice.arm[2]}%'}),
+                                 lr_value=float(lr), chosen=(lr, wd) == choice.chosen,
+                                 **{SWEEP_ROW: f'{row_label(choice.arm)}, {choice.arm[2]}%, '
+                                               f'wd {wd}'}),
                      base, **_values(choice.arm, 0, choice.budget, lr=lr, wd=wd))
           for (lr, wd), name in choice.sweep.items()]
 
@@ -291,7 +292,9 @@ FEWSHOT = grid_lib.FewShot('{out}/data/fashion_mnist', train_split=f'train[{100 
 FEWSHOT_LOCAL = grid_lib.FewShot('{out}/data/fashion_mnist',
                                  args=('--shots=1,2', '--holdout=2', '--seeds=1'))
 FEWSHOT_METRIC = 'fewshot_10shot'
-SWEEP_ROW = 'model, recipe, %'  # The sweep table's row tag: each fraction chooses its own.
+# The sweep table's row tag: each arm (and weight decay, when `wds` sweeps it) is a row, each
+# fraction's sweep makes its own choice; its columns are the learning rates.
+SWEEP_ROW = 'model, recipe, %, wd'
 CHOSEN = dict(chosen=True)
 _MATCHED_ROWS = [f'{label} {recipe}' for _, label in MODELS for recipe in RECIPES]
 TABLES = (
@@ -307,9 +310,9 @@ TABLES = (
     grid_lib.Table('r3_matched_val', 'Matched recipes (validation: where the choices were '
                    'made)', row='row', col='pct', where=CHOSEN, col_label='% of train: ',
                    log_x=True, metric='accuracy_val'),
-    grid_lib.Table('r3_sweep', 'Learning-rate and weight-decay sweep at seed 0 (validation)',
-                   row=SWEEP_ROW, col='lr_wd', where=dict(arm='sweep'),
-                   metric='accuracy_val'),
+    grid_lib.Table('r3_sweep', 'Learning-rate sweep at seed 0 (validation)', row=SWEEP_ROW,
+                   col='lr_value', where=dict(arm='sweep'), col_label='lr ', log_x=True,
+                   sort_cols=True, metric='accuracy_val'),
     grid_lib.Table('r3_tenx', 'The "10x data" test: strong ViT at 1% vs plain ViT at 10% (test)',
                    row='tenx', col='tenx_col', where=CHOSEN,
                    baseline={'ViT plain, 10%': 'ViT strong, 1%'}),

@@ -40,6 +40,7 @@ class Table:
   log_x: bool = False
   metric: str = 'accuracy_test'
   baseline: Union[str, Mapping[str, str]] = ''
+  sort_cols: bool = False  # Columns in increasing order (else as the grid lists the runs).
 
 
 @dataclasses.dataclass(frozen=True)

@@ -115,7 +115,7 @@ def table_cells(table: grid_lib.Table, runs: Sequence[grid_lib.Run]
     rows += [r] if r not in rows else []
     cols += [c] if c not in cols else []
     cells.setdefault((r, c), []).append(run.name)
-  return rows, cols, cells
+  return rows, sorted(cols) if table.sort_cols else cols, cells
 
 
 def _matches(value: Any, wanted: Any) -> bool:
@@ -201,20 +201,23 @@ def _pyplot():
 
 def plot_table(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
                records: Mapping[str, Dict[str, Any]], png_path: str) -> None:
-  """`metric` per row over the columns: lines over numeric columns, grouped bars otherwise."""
+  """`metric` per row over the columns: lines over numeric columns (in increasing order),
+  grouped bars otherwise. A row without a finished run is not drawn (nor in the legend)."""
   plt = _pyplot()
   rows, cols, cells = table_cells(table, runs)
   numeric = all(isinstance(c, (int, float)) for c in cols)
   fig, ax = plt.subplots(figsize=(6.4, 4))
   for i, r in enumerate(rows):
     xs, means, stds = [], [], []
-    for j, c in enumerate(cols):
+    for j, c in sorted(enumerate(cols), key=lambda jc: jc[1] if numeric else jc[0]):
       done = _values(cells.get((r, c), ()), records, table.metric)
       if done:
         mean, std = mean_std(done)
         xs.append(c if numeric else j + (i - (len(rows) - 1) / 2) * 0.8 / len(rows))
         means.append(mean)
         stds.append(std)
+    if not xs:
+      continue
     style = row_style(i)
     if numeric:
       ax.errorbar(xs, means, yerr=stds, capsize=3, label=str(r), **style)
@@ -223,6 +226,7 @@ def plot_table(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
              color=style['color'], hatch=('', '//', '..', 'xx')[i // 20 % 4])
   if numeric and table.log_x:
     ax.set_xscale('log')
+    ax.minorticks_off()  # Only the columns' own ticks: log minor labels would overlap them.
   if numeric:
     ax.set_xticks(cols, [str(c) for c in cols])
   else:
