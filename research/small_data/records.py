@@ -41,10 +41,7 @@ def read_fewshot(workdir: str) -> Optional[Dict[str, Any]]:
 
 
 def write_fewshot(workdir: str, doc: Mapping[str, Any]) -> None:
-  tmp = os.path.join(workdir, f'{FEWSHOT_FILE}.tmp')
-  with open(tmp, 'w') as f:
-    json.dump(doc, f, indent=1)
-  os.replace(tmp, os.path.join(workdir, FEWSHOT_FILE))
+  _write_json(workdir, FEWSHOT_FILE, doc)
 
 
 def read_state(workdir: str) -> Dict[str, Any]:
@@ -59,11 +56,16 @@ def _utc(seconds: float) -> str:
   return time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(seconds))
 
 
-def _write_state(workdir: str, state: Dict[str, Any]) -> None:
-  tmp = os.path.join(workdir, f'{STATE_FILE}.tmp')
+def _write_json(workdir: str, name: str, doc: Mapping[str, Any]) -> None:
+  """`workdir/name` replaced whole (a reader never sees half a file)."""
+  tmp = os.path.join(workdir, f'{name}.tmp')
   with open(tmp, 'w') as f:
-    json.dump(state, f, indent=1)
-  os.replace(tmp, os.path.join(workdir, STATE_FILE))
+    json.dump(doc, f, indent=1)
+  os.replace(tmp, os.path.join(workdir, name))
+
+
+def _write_state(workdir: str, state: Dict[str, Any]) -> None:
+  _write_json(workdir, STATE_FILE, state)
 
 
 def last_write(workdir: str) -> Optional[float]:
@@ -150,8 +152,8 @@ def run_record(run: grid_lib.Run, out: str) -> Dict[str, Any]:
   teacher forward per image when distilling; evaluation is not counted. A label-free
   pretraining run (its metadata's `self_supervised`) has no accuracies and no training
   FLOPs: its method's test loss is `loss_test`; a run fine-tuned from it counts its own steps
-  only. With a few-shot
-  measurement of its params (`read_fewshot`): `fewshot_<k>shot` and `fewshot_command`.
+  only. With a few-shot measurement of its params (`read_fewshot`): `fewshot_<k>shot` and
+  `fewshot_command`.
   """
   workdir = os.path.join(out, run.name)
   attempts = read_state(workdir)['attempts']

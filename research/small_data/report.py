@@ -266,8 +266,11 @@ def _finish_plot(plt, fig, ax, png_path: str) -> None:
   plt.close(fig)
 
 
+FEWSHOT_METRIC = re.compile(r'fewshot_(\d+)shot')  # A record's few-shot field (records.py).
+
+
 def _metric_name(metric: str) -> str:
-  few = re.fullmatch(r'fewshot_(\d+)shot', metric)
+  few = FEWSHOT_METRIC.fullmatch(metric)
   if few:
     return f'{few[1]}-shot linear accuracy'
   return metric.replace('accuracy_', '') + ' accuracy'
@@ -303,7 +306,7 @@ def runs_markdown(runs: Sequence[grid_lib.Run], records: Mapping[str, Dict[str, 
 def _fewshot_cell(record: Mapping[str, Any]) -> str:
   """'1: 61.20, 5: 70.05, ...' from a record's fewshot_<k>shot fields ('' before it is measured)."""
   shots = sorted((int(m[1]), v) for k, v in record.items()
-                 for m in [re.fullmatch(r'fewshot_(\d+)shot', k)] if m)
+                 for m in [FEWSHOT_METRIC.fullmatch(k)] if m)
   return ', '.join(f'{k}: {100 * v:.2f}' for k, v in shots)
 
 
