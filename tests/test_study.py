@@ -521,6 +521,10 @@ def test_round3_stages_appear_as_their_records_come_and_every_claim_gets_its_run
           'r3_vit_pe-none_p1_s0', 'r3_vit_strong_p1_s0_lr1.5e-3_wd0.3'} <= names
   # Probes, sweeps, seeds, posemb; then label-free pretraining (MAE, MPP) and 3 fine-tunes each.
   assert len(grid.runs) == 10 + 10 * 3 + 10 * 2 + 4 * 2 * 3 + 2 * (1 + 3)
+  # Arm by arm: an arm's other seeds come before the next arm's sweep.
+  order = [r.name for r in grid.runs]
+  assert (order.index('r3_vit_plain_p1_s0_lr4e-3_wd0.05') < order.index('r3_vit_plain_p1_s2')
+          < order.index('r3_vit_strong_p1_s0_lr5e-4_wd0.3'))
   full = grid_lib.load_grid(f'{ROUND3_GRID}:wds=0.05+0.3').resolve(records_)
   assert len([r for r in full.runs if r.tags.get('arm') == 'sweep']) == 10 * 3 * 2
   rows, _, cells = report.table_cells(table, full.runs)
@@ -590,6 +594,35 @@ def test_the_runner_resolves_a_grid_until_it_adds_no_run(tmp_path, fake_trainer,
   assert runner.run_grid(resolve({}), str(out), log=lambda _: None, results=str(results)) == []
   assert records.read_results(str(results))['b']['accuracy_test'] == 0.5
   assert (calls(out, 'a'), calls(out, 'b')) == (1, 1)
+
+
+def test_a_run_that_unlocks_a_stage_is_followed_by_it_before_the_runs_listed_after(
+    tmp_path, fake_trainer, monkeypatch):
+  """The runner resolves after every run: 'a' unlocks 'a_seed', listed before 'z', so it runs
+  before 'z' (not after a whole pass); a failing run is started once per call, not again."""
+  monkeypatch.setattr(records, 'forward_flops', lambda meta: (1e6, 'test'))
+
+  def resolve(records_):
+    runs = [grid_lib.Run('a', f'python {fake_trainer} 0.5 1')]
+    if records_.get('a', {}).get('finished'):
+      runs.append(grid_lib.Run('a_seed', f'python {fake_trainer} 0.6 1'))
+    runs += [grid_lib.Run('broken', f'python {fake_trainer} 0.1 99'),
+             grid_lib.Run('z', f'python {fake_trainer} 0.7 1')]
+    return grid_lib.Grid(runs=runs, resolve=resolve)
+
+  out, results, lines = tmp_path / 'out', tmp_path / 'results.jsonl', []
+  assert runner.run_grid(resolve({}), str(out), log=lines.append,
+                         results=str(results)) == ['broken']
+  started = [re.match(r'\[\d+/\d+\] (\S+): python', line) for line in lines]
+  assert [m[1] for m in started if m] == ['a', 'a_seed', 'broken', 'z']
+  assert calls(out, 'broken') == 1
+  lines.clear()  # Called again: each finished run is one line, the failed run one more try.
+  assert runner.run_grid(resolve({}), str(out), log=lines.append,
+                         results=str(results)) == ['broken']
+  assert calls(out, 'broken') == 2 and calls(out, 'z') == 1
+  assert [sum(f'{n}: finished, skipped' in line for line in lines) for n in ('a', 'z')] == [1, 1]
+  assert {n for n, r in records.read_results(str(results)).items() if r['finished']} == {
+      'a', 'a_seed', 'z'}
 
 
 def test_a_record_keeps_the_validation_curve(tmp_path, monkeypatch):

@@ -251,16 +251,19 @@ def ssl_runs(choice: Choice, base: Dict, seeds: int) -> List[grid_lib.Run]:
 
 def grid_runs(opts: Mapping[str, str], runlocal: bool,
               records: grid_lib.Records) -> List[grid_lib.Run]:
-  """Probes, then the sweeps whose budget is known, then the seeds and position embeddings
-  of the arms whose choice is made: each stage after the one it depends on."""
+  """Probes; then arm by arm its sweep once its budget is known and its other seeds once its
+  choice is made (the runner resolves after every run, so an arm is complete before the next
+  one's sweep starts); then the position embeddings of the chosen plain ViT arms; each stage
+  after the one it depends on."""
   base = dict(root='{out}/data', runlocal='1' if runlocal else '')
   seeds = int(opts['seeds'])
   choices = [Choice(arm, opts, records)
              for arm in arms(runlocal, opts['parts'], opts['models'])]
   runs = [probe_run(c.arm, base, opts) for c in choices]
-  runs += [r for c in choices if c.budget is not None for r in sweep_runs(c, base)]
+  for c in choices:  # Arm by arm: an arm's seeds before the next arm's sweep.
+    runs += sweep_runs(c, base) if c.budget is not None else []
+    runs += seed_runs(c, base, seeds) if c.chosen is not None else []
   chosen = [c for c in choices if c.chosen is not None]
-  runs += [r for c in chosen for r in seed_runs(c, base, seeds)]
   runs += [r for c in chosen if c.arm[:2] == ('vit', 'plain') and c.arm[2] in POSEMB_PCTS
            and 'posemb' in opts['parts'].split('+') for r in posemb_runs(c, base, seeds)]
   # Last, once every choice is made: the parts the verdicts on the recipes need run first.

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List, Mapping
+from typing import Callable, Dict, List, Mapping, Set
 
 from research.small_data import folders
 from research.small_data import grid as grid_lib
@@ -116,52 +116,72 @@ def run_grid(grid: grid_lib.Grid, out: str, *, python: str = sys.executable,
              log: Callable[[str], None] = print, results: str = '') -> List[str]:
   """Runs the runs of `grid` still to do (`runs_to_do`) in order; returns the names of those
   that failed. With `results`, that file gets every run's record (`update_results`) after each
-  run, and its finished records count as finished runs. A grid with `resolve` is resolved
-  with the records after each pass, and the runs it adds are run, until it adds none.
+  run, and its finished records count as finished runs.
+
+  A grid with `resolve` is resolved with the records after every run, and the next run is the
+  first still to do in the resolved grid: a stage that a run's result unlocks (an arm's other
+  seeds once its sweep has chosen) runs before the runs listed after it, instead of after a
+  whole pass. A run that failed is not started again by this call; it ends when nothing is left
+  to do and resolving adds no run.
   """
   if grid.folders:
     folders.prepare_folders(grid.folders.replace('{out}', out), limit=grid.folder_limit, log=log)
-  failed = _run_pass(grid, out, python=python, log=log, results=results)
-  while grid.resolve is not None:
+  failed: List[str] = []
+  announced: Set[str] = set()  # Runs whose "finished, skipped" line is logged (once per call).
+  while True:
+    ran = _run_pass(grid, out, python=python, log=log, results=results, failed=failed,
+                    announced=announced, first_only=grid.resolve is not None)
+    if grid.resolve is None:
+      return failed
     known = records.read_results(results) if results else {
         r.name: records.run_record(r, out) for r in grid.runs
         if os.path.isdir(os.path.join(out, r.name))}
     new = grid.resolve(known)
-    if not {r.name for r in new.runs} - {r.name for r in grid.runs}:
+    added = len({r.name for r in new.runs} - {r.name for r in grid.runs})
+    if not ran and not added:
       return failed
-    log(f'Resolved: {len(new.runs) - len(grid.runs)} run(s) added from recorded results.')
+    if added:
+      log(f'Resolved: {added} run(s) added from recorded results.')
     grid = new
-    failed = _run_pass(grid, out, python=python, log=log, results=results)
-  return failed
 
 
 def _run_pass(grid: grid_lib.Grid, out: str, *, python: str, log: Callable[[str], None],
-              results: str) -> List[str]:
-  """One pass over `grid.runs`: the runs still to do, in order; returns those that failed."""
+              results: str, failed: List[str], announced: Set[str], first_only: bool) -> bool:
+  """A pass over `grid.runs`: the runs still to do, in order, but those in `failed` (appended
+  to); with `first_only` it stops after the first run it starts. Returns whether it started one."""
   todo = {r.name for r in runs_to_do(grid, out, records.read_results(results))}
-  failed = []
+  ran = False
   for i, run in enumerate(grid.runs):
     workdir = os.path.join(out, run.name)
+    if run.name in failed:
+      continue
     if run.name not in todo:
-      where = '' if records.is_finished(workdir) else f' (in {results})'
-      log(f'[{i + 1}/{len(grid.runs)}] {run.name}: finished{where}, skipped')
+      if run.name not in announced:
+        where = '' if records.is_finished(workdir) else f' (in {results})'
+        log(f'[{i + 1}/{len(grid.runs)}] {run.name}: finished{where}, skipped')
+        announced.add(run.name)
       _fewshot(run, grid, out, python, log, results)
       continue
+    if ran and first_only:
+      break
     log(f'[{i + 1}/{len(grid.runs)}] {run.name}: {run.command}')
     start = time.time()
     returncode = execute(run, out, python)
+    ran = True
     finished = returncode == 0 and records.is_finished(workdir)
     status = 'done' if finished else f'FAILED ({returncode})'
     log(f'[{i + 1}/{len(grid.runs)}] {run.name}: {status} in {time.time() - start:.0f}s '
         f'(log: {os.path.join(workdir, LOG_FILE)})')
     if status != 'done':
       failed.append(run.name)
+    else:
+      announced.add(run.name)
     if results:
       records.update_results(results, grid, out)
     _fewshot(run, grid, out, python, log, results)
   if results:
     records.update_results(results, grid, out)
-  return failed
+  return ran
 
 
 def _fewshot(run: grid_lib.Run, grid: grid_lib.Grid, out: str, python: str,
