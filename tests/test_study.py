@@ -443,6 +443,12 @@ def test_the_study_page_is_the_report_of_the_committed_results(tmp_path):
   assert not typed, f'the page quotes {typed}, which its generated tables do not hold'
   assert all(r.get('finished') for r in by_name.values())  # Only finished runs are committed.
   assert set(by_name) <= {r.name for r in grid.runs}  # No record of a run the grid lost.
+  # Every claim names rows that have runs; three slices where round 2 ran its later seeds.
+  tables = {t.name: t for t in grid.tables}
+  slices = {c.text: len(report.claim_effects(c, tables[c.table], grid.runs, by_name))
+            for c in grid.claims}
+  assert set(slices.values()) == {1, 3}, slices
+  assert slices['A smaller model helps (1%): smaller: width 64 − ViT'] == 3
 
 
 ROUND3_GRID = os.path.join(ROOT, 'research', 'small_data', 'fashion_mnist_round3.py')
@@ -682,6 +688,25 @@ def test_plots_leave_out_rows_without_a_finished_run_and_draw_lines_left_to_righ
   ax = _captured_figure(monkeypatch, report.plot_table, bars, runs, records_, png).axes[0]
   assert [c.get_label() for c in ax.containers if not c.get_label().startswith('_')] == [
       '0.0005', '0.0001']
+
+
+def test_compute_plots_label_a_short_log_axis_at_1_2_5_and_leave_minor_ticks_bare(
+    tmp_path, monkeypatch):
+  """Matplotlib labels every minor tick of a log axis spanning under a decade or so: '3x10^12'
+  ran into '4x10^12' on round 2's remedies plot."""
+  table = grid_lib.Table('t', 'T', row='arm', col='pct')
+  runs = [grid_lib.Run(f'r{i}', 'x', dict(arm='a', pct=1)) for i in range(2)]
+  records_ = {'r0': dict(accuracy_test=.7, train_flops=2.1e12),
+              'r1': dict(accuracy_test=.8, train_flops=2.9e13)}
+  fig = _captured_figure(monkeypatch, report.plot_compute, table, runs, records_,
+                         str(tmp_path / 'c.png'))
+  axis = fig.axes[0].xaxis
+  low, high = fig.axes[0].get_xlim()
+  labels = [t.get_text() for x, t in zip(axis.get_majorticklocs(), axis.get_ticklabels())
+            if low <= x <= high]  # Those shown.
+  assert labels == [r'$2\times10^{12}$', r'$5\times10^{12}$', '$10^{13}$',
+                    r'$2\times10^{13}$'], labels
+  assert not [t.get_text() for t in axis.get_ticklabels(minor=True) if t.get_text()]
 
 
 def test_round3_probes_give_the_strong_recipe_longer_and_evaluate_along_the_way():

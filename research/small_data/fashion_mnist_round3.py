@@ -336,7 +336,7 @@ TABLES = (
 
 def _claim(text: str, table: str, plus: str, minus: str, col: Any = 1,
            **kwargs) -> grid_lib.Claim:
-  return grid_lib.Claim(text, table, ((1, plus), (-1, minus)), col, **kwargs)
+  return grid_lib.difference_claim(text, table, plus, minus, col, **kwargs)
 
 
 CLAIMS = (

@@ -60,6 +60,12 @@ class Claim:
   margin: float = 1.
 
 
+def difference_claim(text: str, table: str, plus: Any, minus: Any, col: Any, **kwargs) -> Claim:
+  """The claim that row `plus` − row `minus` of column `col` is > 0 (or, with kind='within',
+  inside ± margin)."""
+  return Claim(text, table, ((1, plus), (-1, minus)), col, **kwargs)
+
+
 @dataclasses.dataclass(frozen=True)
 class FewShot:
   """The few-shot linear accuracy of every finished run's encoder (`python -m vit_jax.fewshot`).

@@ -253,9 +253,30 @@ def plot_compute(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
                  color=row_style(i)['color'], marker=MARKERS[j % len(MARKERS)],
                  label=f'{r}, {table.col_label}{c}' if names else None)
   ax.set_xscale('log')
+  _readable_log_ticks(ax)
   ax.set(xlabel='training FLOPs (3 x forward x images seen)',
          ylabel=f'{_metric_name(table.metric)} (%)', title=f'{table.title}: by compute')
   _finish_plot(plt, fig, ax, png_path)
+
+
+def _readable_log_ticks(ax) -> None:
+  """Labels at 1, 2 and 5 x 10^k when the data span under two decades (else at 10^k only) and
+  none on the other minor ticks: matplotlib's own labels them all on a short log axis, and
+  '3x10^12' ran into '4x10^12'."""
+  from matplotlib import ticker  # Lazily, as _pyplot.
+  low, high = ax.get_xlim()
+  subs = (1., 2., 5.) if np.log10(high / low) < 2 else (1.,)
+  ax.xaxis.set_major_locator(ticker.LogLocator(base=10, subs=subs))
+  ax.xaxis.set_major_formatter(ticker.FuncFormatter(_power_of_ten_label))
+  ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+
+
+def _power_of_ten_label(x: float, _=None) -> str:
+  """'$10^{13}$', '$5\\times10^{12}$': a log axis's tick label."""
+  exponent = int(np.floor(np.log10(x) + 1e-9))
+  mantissa = round(x / 10**exponent)
+  power = f'10^{{{exponent}}}'
+  return f'${power}$' if mantissa == 1 else f'${mantissa}\\times{power}$'
 
 
 def _finish_plot(plt, fig, ax, png_path: str) -> None:
