@@ -133,7 +133,8 @@ def get_config(arg: str = '') -> ml_collections.ConfigDict:
       seed=int(values['seed']), pretrained_dir='', total_steps=steps, optim='adamw', base_lr=1.5e-3,
       weight_decay=0.05, warmup_steps=steps // 10, batch=128, batch_eval=1000, accum_steps=1,
       progress_every=25, eval_every=steps // max(int(values['evals']), 1),
-      checkpoint_every=200, keep_checkpoints=1))
+      checkpoint_every=200, keep_checkpoints=1,
+      data_autotune=False))  # Hundreds of short runs on 2 vCPUs: no ~60 s wait at each exit.
   if values['model'] == 'swin':
     config.model.stochastic_depth = 0.1  # configs/swin_fashion_mnist.py's (Swin's own) recipe.
   if values['posemb'] != 'learn':

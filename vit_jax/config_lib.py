@@ -144,6 +144,11 @@ def get_config() -> ml_collections.ConfigDict:
   # globally by index instead (constant-time resume).
   c.shuffle_buffer = 50_000
   c.prefetch = 2  # Batches kept ready on device.
+  # tf.data autotuning of the train pipeline (its parallel calls and buffers). Its tuning thread
+  # can hold the end of a run for up to ~60 s (tf.data waits for its sleep when the pipeline
+  # is closed); off, each parallel map runs one call per core and a run exits at once: for
+  # many short runs on a few cores, where the tuning gains nothing.
+  c.data_autotune = True
   c.progress_every = 10  # Log (and write metrics) every so many steps.
   c.eval_every = 100  # Evaluate every so many steps (and at the end).
   c.checkpoint_every = 1_000  # Orbax checkpoint every so many steps (and at the end); 0 = end only.

@@ -150,8 +150,8 @@ def get_train_data(config: Any, *, start_batch: int = 0) -> Iterator[Batch]:
 
   Args:
     config: Reads dataset, tfds_data_dir, tfds_manual_dir, data_sharding, pp.train, pp.crop,
-      pp.train_aug, pp.randaug, batch, shuffle_buffer, seed and prefetch (Mixup is applied
-      to the global batch in the train step).
+      pp.train_aug, pp.randaug, batch, shuffle_buffer, seed, prefetch and data_autotune (Mixup
+      is applied to the global batch in the train step).
     start_batch: Batches to skip; the stream then equals the one from 0 minus its first
       `start_batch` batches (used on resume, with the number of steps done).
 
@@ -176,6 +176,10 @@ def get_train_data(config: Any, *, start_batch: int = 0) -> Iterator[Batch]:
               num_parallel_calls=tf.data.AUTOTUNE)
   ds = ds.batch(local_batch, drop_remainder=True)
   ds = ds.prefetch(max(1, int(config.prefetch)))
+  if not config.data_autotune:
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    ds = ds.with_options(options)
   return stream.numpy_batches(ds)
 
 

@@ -37,13 +37,15 @@ from vit_jax.training import parallel
 RECORD_FILE = 'run.json'
 # Config fields a rerun may change without changing what the weights are trained on or with:
 # how long (raising total_steps continues a finished run), how often it logs, evaluates and
-# saves, the eval batch, how params are laid out over devices (fsdp computes what replicated
-# does), where the data is found (its identity is compared instead: a moved folder is the same
-# data) and this option itself. The split strings are compared as part of the dataset's identity.
+# saves, the eval batch, how the input pipeline is tuned (the batches are the same), how params
+# are laid out over devices (fsdp computes what replicated does), where the data is found (its
+# identity is compared instead: a moved folder is the same data) and this option itself. The
+# split strings are compared as part of the dataset's identity.
 MAY_CHANGE = frozenset({
     'total_steps', 'num_epochs', 'progress_every', 'eval_every', 'checkpoint_every',
-    'keep_checkpoints', 'prefetch', 'batch_eval', 'dataset', 'tfds_data_dir', 'tfds_manual_dir',
-    'allow_changed_inputs', 'pp.train', 'pp.test', 'pp.val', 'pp.train_eval', 'param_sharding'})
+    'keep_checkpoints', 'prefetch', 'data_autotune', 'batch_eval', 'dataset', 'tfds_data_dir',
+    'tfds_manual_dir', 'allow_changed_inputs', 'pp.train', 'pp.test', 'pp.val', 'pp.train_eval',
+    'param_sharding'})
 _SHOWN = 3  # Differences named in the refusal line; the log has all of them.
 
 
