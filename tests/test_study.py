@@ -493,7 +493,7 @@ def _finish(grid, records_, val):
     records_.setdefault(run.name, dict(
         name=run.name, command=run.command, finished=True, accuracy_val=val(run),
         accuracy_test=val(run) - .01, accuracy_train=1., wall_s=60., steps=100,
-        images_seen=12_800, forward_flops=1e7, train_flops=4e11,
+        images_seen=12_800, forward_flops=1e7, train_flops=4e11, fewshot_10shot=val(run) - .02,
         val_curve=[[250, .5], [500, .7], [750, .702], [1000, .703]]))
 
 
@@ -732,6 +732,13 @@ def test_the_round3_section_is_the_report_of_its_own_results_or_says_there_are_n
   grid = grid_lib.fully_resolved(grid_lib.load_grid(ROUND3_GRID), by_name)
   assert block == report.report_markdown(grid, by_name, str(tmp_path), 'study/round3', results)
   assert set(by_name) <= {r.name for r in grid.runs}
+  # The Answers quote intervals and mean ± std figures of the generated blocks (round 2's
+  # Claims table for its claims), none typed or left stale.
+  answers = content[content.index('### Answers (round 3'):content.index('### How round 3 runs')]
+  begin2, end2 = report.doc_markers('study')
+  blocks = (block + content[content.index(begin2):content.index(end2)]).replace('-', '−')
+  quoted = re.findall(r'\[[−+]\d+\.\d\d, [−+]\d+\.\d\d\]|\d+\.\d\d ± \d+\.\d\d', answers)
+  assert len(quoted) > 5 and not [q for q in quoted if q.replace('-', '−') not in blocks], quoted
 
 
 def test_the_round3_estimate_adds_each_stage_at_half_the_probe_as_budget():
