@@ -260,12 +260,13 @@ def plot_compute(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
 
 
 def _readable_log_ticks(ax) -> None:
-  """Labels at 1, 2 and 5 x 10^k when the data span under two decades (else at 10^k only) and
-  none on the other minor ticks: matplotlib's own labels them all on a short log axis, and
-  '3x10^12' ran into '4x10^12'."""
+  """Labels at 1, 2, 3 and 5 x 10^k when the data span under a decade, at 1, 2 and 5 under two
+  (else at 10^k only), and none on the other minor ticks: matplotlib's own labels them all on a
+  short log axis, and '3x10^12' ran into '4x10^12'."""
   from matplotlib import ticker  # Lazily, as _pyplot.
   low, high = ax.get_xlim()
-  subs = (1., 2., 5.) if np.log10(high / low) < 2 else (1.,)
+  decades = np.log10(high / low)
+  subs = (1., 2., 3., 5.) if decades < 1 else (1., 2., 5.) if decades < 2 else (1.,)
   ax.xaxis.set_major_locator(ticker.LogLocator(base=10, subs=subs))
   ax.xaxis.set_major_formatter(ticker.FuncFormatter(_power_of_ten_label))
   ax.xaxis.set_minor_formatter(ticker.NullFormatter())
