@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from research.small_data import folders
+from research.small_data import full_recipe_epochs
 from research.small_data import grid as grid_lib
 from research.small_data import records
 from research.small_data import report
@@ -525,8 +526,9 @@ def test_round3_stages_appear_as_their_records_come_and_every_claim_gets_its_run
   names = {r.name for r in grid.runs}
   assert {'r3_swin_plain_p1_s2', 'r3_vit_strong_p1_s1', 'r3_vit_pe-relative_p5_s2',
           'r3_vit_pe-none_p1_s0', 'r3_vit_strong_p1_s0_lr1.5e-3_wd0.3'} <= names
-  # Probes, sweeps, seeds, posemb; then label-free pretraining (MAE, MPP) and 3 fine-tunes each.
-  assert len(grid.runs) == 10 + 10 * 3 + 10 * 2 + 4 * 2 * 3 + 2 * (1 + 3)
+  # Probes, sweeps, seeds, posemb; then label-free pretraining (MAE, MPP) and 3 fine-tunes each;
+  # then the full-data recipe at 3 epoch counts (its final run once they are in).
+  assert len(grid.runs) == 10 + 10 * 3 + 10 * 2 + 4 * 2 * 3 + 2 * (1 + 3) + 3
   # Arm by arm: an arm's other seeds come before the next arm's sweep.
   order = [r.name for r in grid.runs]
   assert (order.index('r3_vit_plain_p1_s0_lr4e-3_wd0.05') < order.index('r3_vit_plain_p1_s2')
@@ -751,7 +753,37 @@ def test_the_round3_estimate_adds_each_stage_at_half_the_probe_as_budget():
   # MAE 15 epochs of the 60k images at batch 256, MPP 10; each fine-tunes 3 seeds of 50 steps.
   assert got == dict(probe=probes, sweep=2 * probes / 2, seeds=2 * probes / 2,
                      posemb=2 * 3 * 50 * (1 + 1 + 1 + 2),  # 1% and 5%, three seeds.
-                     ssl=3515 * 1. + 2343 * 2. + 2 * 3 * 50)
+                     ssl=3515 * 1. + 2343 * 2. + 2 * 3 * 50,
+                     full=full_recipe_epochs.estimate_seconds(full_recipe_epochs.EPOCHS))
+
+
+def test_round3_full_part_chooses_the_epochs_on_validation_then_trains_on_all_of_train():
+  grid = grid_lib.load_grid(f'{ROUND3_GRID}:parts=full,full_epochs=2+4')
+  records_ = {}
+  while not [r for r in grid.runs if r.tags.get('arm') == 'full_val']:
+    _finish(grid, records_, lambda run: .7)
+    grid = grid.resolve(records_)
+  # Only once the ViT's arms (every part reads them) have chosen: with their seeds, before them.
+  assert {'r3_vit_plain_p1_s2', 'r3_vit_strong_p1_s2'} <= {r.name for r in grid.runs[:-2]}
+  candidates = [r for r in grid.runs if r.tags.get('arm') == 'full_val']
+  assert [r.name for r in grid.runs[-2:]] == ['r3_full_e2_val', 'r3_full_e4_val'] == [
+      r.name for r in candidates]  # Last: the longest runs.
+  val_pct = config_lib.load_config_module(STUDY_CONFIG_FILE).VAL_PCT
+  assert all(f'--config.pp.train=train[:{100 - val_pct}%] --config.pp.val=train[{100 - val_pct}%:]'
+             in r.command and 'fashion_mnist_full.py:pretrain ' in r.command for r in candidates)
+  _finish(grid, records_, lambda run: .8)
+  records_['r3_full_e4_val'].update(finished=False)  # Not every candidate in: no choice yet.
+  assert not [r for r in grid.resolve(records_).runs if r.tags.get('arm') == 'full']
+  records_['r3_full_e2_val'].update(accuracy_val=.80, accuracy_test=.99)  # Test is never read.
+  records_['r3_full_e4_val'].update(finished=True, accuracy_val=.85, accuracy_test=.50)
+  final = grid.resolve(records_).runs[-1]
+  assert final.name == 'r3_full_e4' and final.tags == dict(
+      arm='full', full=full_recipe_epochs.FINAL_ROW, epochs=4)
+  assert final.command.endswith('fashion_mnist_full.py:pretrain --config.num_epochs=4')
+  assert full_recipe_epochs.estimate_seconds('2+4', rate=1.) == pytest.approx(
+      (2 + 4) * 54_000 / 128 + 4 * 60_000 / 128)
+  with pytest.raises(ValueError, match=r'Bad full_epochs=2\+x'):
+    grid_lib.load_grid(f'{ROUND3_GRID}:parts=full,full_epochs=2+x')
 
 
 def test_round3_parts_pick_their_arms():
@@ -900,7 +932,9 @@ def test_round3_ssl_fine_tunes_the_plain_vits_choice_from_each_encoder_once_all_
   _finish(grid, records_, best)
   grid = grid_lib.fully_resolved(grid, records_)
   ssl = [r for r in grid.runs if r.tags.get('arm', '').startswith('ssl')]
-  assert grid.runs[-len(ssl):] == ssl  # Last: after every other part's runs.
+  full = [r for r in grid.runs if r.tags.get('arm', '').startswith('full')]
+  # Last but the full-data recipe's runs (hours each): after every other part's runs.
+  assert grid.runs[-len(ssl) - len(full):len(grid.runs) - len(full)] == ssl and len(full) == 3
   scratch = {r.name: r for r in grid.runs if r.tags.get('init') == 'scratch' and r.tags['chosen']}
   assert set(scratch) == {'r3_vit_plain_p1_s0_lr1.5e-3_wd0.05', 'r3_vit_plain_p1_s1',
                           'r3_vit_plain_p1_s2'}

@@ -22,7 +22,9 @@ the strong recipe (`remedy=strong`: RandAugment(2, 10) + pad/flip + Mixup 0.2 + 
 0.1, dropout 0.1 where the family has them; the plain Swin at stochastic depth 0 as the plain
 ViT) at 1%; the plain ViT at 5% (position embeddings) and 10% (the "10x data" test against the
 strong ViT at 1%). Every finished run's encoder also gets its few-shot linear accuracy
-(`FEWSHOT`: shots from the validation slice, tested on test; the runner measures it).
+(`FEWSHOT`: shots from the validation slice, tested on test; the runner measures it). Last, the
+label-free pretraining arm and the full-data recipe's epochs chosen on validation
+(`full_recipe_epochs`).
 `:runlocal` shrinks it to three smoke runs of the plain ViT at 5% (probe, sweep, relative
 position embeddings) on 8 images per class.
 """
@@ -32,6 +34,7 @@ import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from research.small_data import fashion_mnist_grid as round2
+from research.small_data import full_recipe_epochs
 from research.small_data import grid as grid_lib
 from research.small_data import select
 from vit_jax import config_lib
@@ -48,9 +51,10 @@ TENX_COL = '1% vs 10%'
 # `strong_probe_x` times longer.
 # `parts`: which of the round's parts run (matched: the 8 arms at 1%; tenx: the plain ViT at
 # 10%; posemb: the plain ViT at 5% and the position embeddings at 1% and 5%; ssl: label-free
-# pretraining, then the plain ViT's 1% arm from its encoder); `models`: which models the
-# matched part trains (the ViT's arms always run: the other parts read them).
-PARTS = ('matched', 'tenx', 'posemb', 'ssl')
+# pretraining, then the plain ViT's 1% arm from its encoder; full: the full-data recipe's epochs
+# chosen on validation, `full_epochs` the candidates, then one run on all of train); `models`:
+# which models the matched part trains (the ViT's arms always run: the other parts read them).
+PARTS = ('matched', 'tenx', 'posemb', 'ssl', 'full')
 # The ssl part: each method pretrains the study's ViT (patch 7) on the 60k training images
 # without labels, as configs/fashion_mnist_ssl.py defines it (MAE 15 epochs, MPP 10); the plain
 # ViT's 1% arm is then fine-tuned from its encoder at the arm's chosen lr, wd and budget.
@@ -64,7 +68,7 @@ RECIPE_WD = 'recipe'
 OPTIONS = dict(seeds='3', lrs='5e-4+1.5e-3+4e-3', wds=RECIPE_WD,
                probe_steps='1:3000+5:4000+10:5000', strong_probe_x='2', evals='10',
                lr_edge='1', tolerance='0.005', parts='+'.join(PARTS),
-               models='+'.join(m for m, _ in MODELS))
+               models='+'.join(m for m, _ in MODELS), full_epochs=full_recipe_epochs.EPOCHS)
 
 Arm = Tuple[str, str, int]  # (model, recipe, pct)
 SSL_ARM: Arm = ('vit', 'plain', 1)
@@ -120,6 +124,7 @@ def parse(arg: str) -> Tuple[Dict[str, str], bool]:
                        'and/or runlocal.')
     opts[key] = value
   select.parse_values(opts['lrs'], 'lrs')
+  full_recipe_epochs.parse_epochs(opts['full_epochs'])
   if opts['wds'] != RECIPE_WD:
     select.parse_values(opts['wds'], 'wds')
   arms(runlocal, opts['parts'], opts['models'])  # Checks both.
@@ -269,6 +274,9 @@ def grid_runs(opts: Mapping[str, str], runlocal: bool,
   # Last, once every choice is made: the parts the verdicts on the recipes need run first.
   if 'ssl' in opts['parts'].split('+') and not runlocal and len(chosen) == len(choices):
     runs += ssl_runs(next(c for c in chosen if c.arm == SSL_ARM), base, seeds)
+  # The longest runs (hours each here), and independent of the arms: after all of them.
+  if 'full' in opts['parts'].split('+') and not runlocal and len(chosen) == len(choices):
+    runs += full_recipe_epochs.runs(opts['full_epochs'], records)
   return runs
 
 
@@ -331,6 +339,7 @@ TABLES = (
     grid_lib.Table('r3_posemb_fewshot', 'Position embeddings of the plain ViT: 10-shot linear '
                    'accuracy of the encoder (test)', row='posemb', col='pct', where=CHOSEN,
                    col_label='% of train: ', metric=FEWSHOT_METRIC, baseline='learn'),
+    *full_recipe_epochs.TABLES,
 )
 
 
@@ -416,7 +425,9 @@ def estimate_seconds(arg: str, rates: Mapping[Tuple[str, str], float],
   """
   opts, runlocal = parse(arg)
   seeds, lrs = int(opts['seeds']), len(select.parse_values(opts['lrs'], 'lrs'))
-  out = dict(probe=0., sweep=0., seeds=0., posemb=0., ssl=0.)
+  out = dict(probe=0., sweep=0., seeds=0., posemb=0., ssl=0., full=0.)
+  if 'full' in opts['parts'].split('+') and not runlocal:
+    out['full'] = full_recipe_epochs.estimate_seconds(opts['full_epochs'])
   for arm in arms(runlocal, opts['parts'], opts['models']):
     sweep = lrs * len(weight_decays(arm, opts['wds']))
     probe = probe_run(arm, {}, opts)
