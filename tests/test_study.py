@@ -19,6 +19,7 @@ from research.small_data import full_recipe_epochs
 from research.small_data import grid as grid_lib
 from research.small_data import records
 from research.small_data import report
+from research.small_data import round3_estimate
 from research.small_data import runner
 from research.small_data import select
 from test_fashion_mnist import write_idx_gz
@@ -744,8 +745,7 @@ def test_the_round3_section_is_the_report_of_its_own_results_or_says_there_are_n
 
 
 def test_the_round3_estimate_adds_each_stage_at_half_the_probe_as_budget():
-  module = config_lib.load_config_module(ROUND3_GRID)
-  got = module.estimate_seconds(
+  got = round3_estimate.estimate_seconds(
       'seeds=3,lrs=1e-3+2e-3,wds=0.05,probe_steps=1:100+5:100+10:100,strong_probe_x=2',
       rates=collections.defaultdict(lambda: 1.), posemb_factor={'relative': 2.},
       ssl_rates={'mae': 1., 'mpp': 2.})
