@@ -33,13 +33,12 @@ POSEMB_FACTOR = {'relative': 1.13}
 # the same 2 vCPUs (MAE 19.5 s, MPP 28.6 s from the first step to the last).
 SSL_RATES = {'mae': 19.5 / 57, 'mpp': 28.6 / 57}
 SSL_CONFIG = 'configs/fashion_mnist_ssl.py'  # The config round3.ssl_runs' commands name.
-FASHION_MNIST_TRAIN = 60_000  # Images the pretraining reads (labels unused).
 
 
 def pretrain_steps(method: str) -> int:
   """Steps of a method's pretraining: its config's epochs over the 60k images (state.py)."""
   config = config_lib.load_config_module(SSL_CONFIG).get_config(f'{method},stage1,patch=7')
-  return max(int(config.num_epochs * FASHION_MNIST_TRAIN // config.batch), 1)
+  return max(int(config.num_epochs * full_recipe_epochs.TRAIN_IMAGES // config.batch), 1)
 
 
 def estimate_seconds(arg: str, rates: Mapping[Tuple[str, str], float] = RATES,
