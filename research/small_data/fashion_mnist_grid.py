@@ -16,6 +16,8 @@ from research.small_data import grid as grid_lib
 from vit_jax import config_lib
 
 STUDY_CONFIG = 'configs/study_fashion_mnist.py'
+# The study config's validation slice is train[100 - VAL_PCT %:] of every run.
+VAL_PCT = int(config_lib.load_config_module(STUDY_CONFIG).VAL_PCT)
 POSEMBS = ('none', 'learn_2d', 'sincos2d')  # Beside the data arm's 'learn'.
 VIT_BASELINE = 'none (ViT)'  # The remedies' baseline row: the data arm's plain ViT.
 

@@ -293,11 +293,10 @@ def get_grid(arg: str = '') -> grid_lib.Grid:
   return make({})
 
 
-# The study config's validation slice is train[100 - VAL_PCT %:].
-_VAL_PCT = config_lib.load_config_module(round2.STUDY_CONFIG).VAL_PCT
 # Every encoder's few-shot linear accuracy (1, 5, 10, 25 shots, 3 draws): shots from the
 # validation slice, disjoint from every training slice; accuracy on all of test.
-FEWSHOT = grid_lib.FewShot('{out}/data/fashion_mnist', train_split=f'train[{100 - _VAL_PCT}%:]')
+FEWSHOT = grid_lib.FewShot('{out}/data/fashion_mnist',
+                           train_split=f'train[{100 - round2.VAL_PCT}%:]')
 # Smoke runs' folders have 8 images per class.
 FEWSHOT_LOCAL = grid_lib.FewShot('{out}/data/fashion_mnist',
                                  args=('--shots=1,2', '--holdout=2', '--seeds=1'))

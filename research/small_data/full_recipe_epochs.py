@@ -11,13 +11,14 @@ test (the trainer always does), but no choice reads it.
 
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from research.small_data import fashion_mnist_grid as round2
 from research.small_data import grid as grid_lib
 from research.small_data import select
 from vit_jax import config_lib
 
 FULL_CONFIG = 'configs/fashion_mnist_full.py'
 EPOCHS = '11+22+44'  # Candidates: a quarter, half and all of round 2's 44 epochs.
-VAL_ROW = 'train[:90%], validation'
+VAL_ROW = f'train[:{100 - round2.VAL_PCT}%], validation'
 FINAL_ROW = 'all of train, test'
 # Seconds per step of the recipe: round 2's 44-epoch run, 2 h 31 min for 20,636 steps of batch
 # 128 (docs/fashion_mnist.md, 2026-11-23, 2 CPU devices on 2 vCPUs).
@@ -31,14 +32,10 @@ def _config() -> Tuple[str, int]:
   return arg, int(config_lib.load_config_module(FULL_CONFIG).get_config('pretrain').batch)
 
 
-def _val_pct() -> int:
-  return int(config_lib.load_config_module('configs/study_fashion_mnist.py').VAL_PCT)
-
-
 def val_runs(epochs: Sequence[str]) -> Dict[str, grid_lib.Run]:
   """Each candidate epoch count on train[:90%], evaluated on train[90%:] (name → run)."""
   arg, _ = _config()
-  keep = 100 - _val_pct()
+  keep = 100 - round2.VAL_PCT
   return {e: grid_lib.Run(f'r3_full_e{e}_val',
                           f'python -m vit_jax.main --config={arg} --config.num_epochs={e} '
                           f'--config.pp.train=train[:{keep}%] --config.pp.val=train[{keep}%:]',
@@ -74,7 +71,7 @@ def estimate_seconds(epochs_arg: str, rate: float = RATE) -> float:
   """The part's run time before any run: every candidate, and the final run at the largest."""
   _, batch = _config()
   epochs = [int(e) for e in parse_epochs(epochs_arg)]
-  keep = (100 - _val_pct()) / 100
+  keep = (100 - round2.VAL_PCT) / 100
   steps = sum(e * TRAIN_IMAGES * keep / batch for e in epochs) + max(epochs) * TRAIN_IMAGES / batch
   return rate * steps
 
