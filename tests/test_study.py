@@ -488,6 +488,11 @@ def test_t_interval_and_the_verdict_words():
   assert report.verdict([.1, -.1, .2], kind='within') == 'supported'
   assert report.verdict([3., 4., 5.], kind='within') == 'not supported'
   assert report.verdict([0., 1., 2.], kind='within') == 'undecided'
+  # "As good (within 1 point) or better": beating the other arm by far supports it too.
+  assert report.verdict([5., 6., 7.], kind='at_least') == 'supported'
+  assert report.verdict([-.5, -.4, -.3], kind='at_least') == 'supported'
+  assert report.verdict([-5., -6., -7.], kind='at_least') == 'not supported'
+  assert report.verdict([-2., -1., 0.], kind='at_least') == 'undecided'
 
 
 def _finish(grid, records_, val):

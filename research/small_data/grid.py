@@ -49,8 +49,9 @@ class Claim:
   `col`, paired by seed (the same data slice), e.g. ((1, 'ViT strong'), (-1, 'ViT plain')).
 
   `kind` 'greater': the claim is "effect > 0"; 'within': "|effect| < margin" (points), a claim
-  that something matters little. The report gives each a 95% t-interval over the slices and a
-  verdict (report.verdict).
+  that something matters little; 'at_least': "effect > -margin", a claim that one arm is as good
+  as another (within the margin) or better. The report gives each a 95% t-interval over the
+  slices and a verdict (report.verdict).
   """
   text: str
   table: str

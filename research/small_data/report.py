@@ -39,7 +39,9 @@ def verdict(values: Sequence[float], kind: str = 'greater', margin: float = 1.) 
   'greater' ("the effect is positive"): supported when the interval lies above 0, not
   supported when below, else undecided. 'within' ("it matters little": |effect| < margin):
   supported when the interval lies inside (-margin, margin), not supported when it lies wholly
-  outside, else undecided. One slice is always undecided.
+  outside, else undecided. 'at_least' ("it is as good, within margin, or better": effect >
+  -margin): supported when the interval lies above -margin, not supported when below it. One
+  slice is always undecided.
   """
   interval = t_interval(values)
   if interval is None:
@@ -51,7 +53,9 @@ def verdict(values: Sequence[float], kind: str = 'greater', margin: float = 1.) 
     if -margin < low and high < margin:
       return 'supported'
     return 'not supported' if low >= margin or high <= -margin else 'undecided'
-  raise ValueError(f'Unknown claim kind {kind!r}; use greater or within.')
+  if kind == 'at_least':
+    return 'supported' if low > -margin else 'not supported' if high < -margin else 'undecided'
+  raise ValueError(f'Unknown claim kind {kind!r}; use greater, within or at_least.')
 
 
 def claim_effects(claim: grid_lib.Claim, table: grid_lib.Table, runs: Sequence[grid_lib.Run],
@@ -357,8 +361,9 @@ def report_markdown(grid: grid_lib.Grid, records: Mapping[str, Dict[str, Any]], 
     parts += ['### Claims: effect, 95% interval over slices, verdict',
               'Each effect is paired by slice (seed); its interval is the t-interval of the '
               'mean over the slices; "supported" needs the whole interval on the claim\'s side '
-              '(or, for "matters little", inside ± its margin), "not supported" the whole '
-              'interval on the other side; one slice is always "undecided".',
+              '(for "matters little", inside ± its margin; for "as good as", above minus its '
+              'margin), "not supported" the whole interval on the other side; one slice is '
+              'always "undecided".',
               claims_markdown(grid, records)]
   for table in grid.tables:
     parts += [f'### {table.title}', table_markdown(table, grid.runs, records)]
