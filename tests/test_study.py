@@ -696,6 +696,10 @@ def test_plots_leave_out_rows_without_a_finished_run_and_draw_lines_left_to_righ
   ax = _captured_figure(monkeypatch, report.plot_table, bars, runs, records_, png).axes[0]
   assert [c.get_label() for c in ax.containers if not c.get_label().startswith('_')] == [
       '0.0005', '0.0001']
+  assert ax.get_xlabel() == ''  # No column label: no axis label (not the tag's name, 'arm').
+  labelled = dataclasses.replace(table, col_label='% of train: ')
+  ax = _captured_figure(monkeypatch, report.plot_table, labelled, runs, records_, png).axes[0]
+  assert ax.get_xlabel() == '% of train'
 
 
 def test_compute_plots_label_a_short_log_axis_at_1_2_5_and_leave_minor_ticks_bare(

@@ -235,7 +235,7 @@ def plot_table(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
     ax.set_xticks(cols, [str(c) for c in cols])
   else:
     ax.set_xticks(range(len(cols)), [str(c) for c in cols])
-  ax.set(xlabel=table.col_label or table.col, ylabel=f'{_metric_name(table.metric)} (%)',
+  ax.set(xlabel=table.col_label.strip(' :'), ylabel=f'{_metric_name(table.metric)} (%)',
          title=table.title)
   _finish_plot(plt, fig, ax, png_path)
 
