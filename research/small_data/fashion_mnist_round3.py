@@ -194,12 +194,16 @@ class Choice:
       lrs.append(extra)
 
 
-def probe_run(arm: Arm, base: Dict, opts: Mapping[str, str]) -> grid_lib.Run:
+def probe_steps(arm: Arm, opts: Mapping[str, str]) -> int:
+  """The arm's probe length: `probe_steps` at its fraction, x `strong_probe_x` when strong."""
   steps = round2.parse_steps(opts['probe_steps'], (arm[2],))[arm[2]]
-  steps *= int(opts['strong_probe_x']) if arm[1] == 'strong' else 1
+  return steps * (int(opts['strong_probe_x']) if arm[1] == 'strong' else 1)
+
+
+def probe_run(arm: Arm, base: Dict, opts: Mapping[str, str]) -> grid_lib.Run:
   return round2.run(f'{arm_name(arm)}_probe',
                     dict(arm='probe', model=LABELS[arm[0]], recipe=arm[1], pct=arm[2]), base,
-                    **_values(arm, 0, steps, evals=opts['evals']))
+                    **_values(arm, 0, probe_steps(arm, opts), evals=opts['evals']))
 
 
 def sweep_runs(choice: Choice, base: Dict) -> List[grid_lib.Run]:

@@ -26,18 +26,19 @@ RATE = (2 * 3600 + 31 * 60) / 20_636
 TRAIN_IMAGES = 60_000  # Fashion-MNIST's train split.
 
 
-def _config() -> Tuple[str, int]:
-  """The recipe's stage-1 config argument and its batch."""
-  arg = f'{FULL_CONFIG}:pretrain'
-  return arg, int(config_lib.load_config_module(FULL_CONFIG).get_config('pretrain').batch)
+STAGE1 = f'{FULL_CONFIG}:pretrain'  # The recipe's stage 1 alone, one workdir.
+
+
+def _batch() -> int:
+  """The recipe's batch, from its config (only the estimate needs it)."""
+  return int(config_lib.load_config_module(FULL_CONFIG).get_config('pretrain').batch)
 
 
 def val_runs(epochs: Sequence[str]) -> Dict[str, grid_lib.Run]:
   """Each candidate epoch count on train[:90%], evaluated on train[90%:] (name → run)."""
-  arg, _ = _config()
   keep = 100 - round2.VAL_PCT
   return {e: grid_lib.Run(f'r3_full_e{e}_val',
-                          f'python -m vit_jax.main --config={arg} --config.num_epochs={e} '
+                          f'python -m vit_jax.main --config={STAGE1} --config.num_epochs={e} '
                           f'--config.pp.train=train[:{keep}%] --config.pp.val=train[{keep}%:]',
                           dict(arm='full_val', full=VAL_ROW, epochs=int(e)))
           for e in epochs}
@@ -45,9 +46,8 @@ def val_runs(epochs: Sequence[str]) -> Dict[str, grid_lib.Run]:
 
 def final_run(epochs: str) -> grid_lib.Run:
   """The chosen epoch count on all of train: the recipe's test number."""
-  arg, _ = _config()
   return grid_lib.Run(f'r3_full_e{epochs}',
-                      f'python -m vit_jax.main --config={arg} --config.num_epochs={epochs}',
+                      f'python -m vit_jax.main --config={STAGE1} --config.num_epochs={epochs}',
                       dict(arm='full', full=FINAL_ROW, epochs=int(epochs)))
 
 
@@ -69,7 +69,7 @@ def parse_epochs(text: str) -> Tuple[str, ...]:
 
 def estimate_seconds(epochs_arg: str, rate: float = RATE) -> float:
   """The part's run time before any run: every candidate, and the final run at the largest."""
-  _, batch = _config()
+  batch = _batch()
   epochs = [int(e) for e in parse_epochs(epochs_arg)]
   keep = (100 - round2.VAL_PCT) / 100
   steps = sum(e * TRAIN_IMAGES * keep / batch for e in epochs) + max(epochs) * TRAIN_IMAGES / batch

@@ -4,7 +4,6 @@ recipe, and the run time of each stage they give (docs/small_data_study.md, Roun
   python -c "from research.small_data import round3_estimate as e; print(e.estimate_seconds(''))"
 """
 
-import re
 from typing import Dict, Mapping, Tuple
 
 from research.small_data import fashion_mnist_round3 as round3
@@ -58,8 +57,7 @@ def estimate_seconds(arg: str, rates: Mapping[Tuple[str, str], float] = RATES,
     out['full'] = full_recipe_epochs.estimate_seconds(opts['full_epochs'])
   for arm in round3.arms(runlocal, opts['parts'], opts['models']):
     sweep = lrs * len(round3.weight_decays(arm, opts['wds']))
-    probe = round3.probe_run(arm, {}, opts)
-    steps = int(re.search(r'steps=(\d+)', probe.command)[1])
+    steps = round3.probe_steps(arm, opts)
     rate = rates[arm[:2]]
     budget = budget_fraction * steps
     out['probe'] += rate * steps
