@@ -926,6 +926,28 @@ def test_every_finished_run_gets_its_encoders_few_shot_measured_once_per_params(
   assert records.read_results(str(results))['b']['fewshot_command'].endswith('--shots=1 --json')
 
 
+def test_round3_last_parts_run_under_a_narrower_grid_stay_in_the_whole_rounds_grid():
+  # The ssl and full parts ran under models=vit+resnet while hybrid and Swin had not chosen: the
+  # whole round's grid (the report's) keeps them, after the other models' arms still to run.
+  records_ = {}
+  grid = grid_lib.load_grid(ROUND3_GRID + ':models=vit+resnet')
+  for _ in range(5):
+    _finish(grid, records_, lambda run: .7)
+    grid = grid.resolve(records_)
+  last = [r.name for r in grid.runs if r.tags.get('arm', '').startswith(('ssl', 'full'))]
+  assert len(last) == 2 * 4 + 4 and all(name in records_ for name in last)
+  whole = grid_lib.fully_resolved(grid_lib.load_grid(ROUND3_GRID), records_)
+  names = [r.name for r in whole.runs]
+  assert names[-len(last):] == last
+  waiting = [n for n in names if n not in records_]
+  assert waiting and all(n.startswith(('r3_hybrid28_', 'r3_swin_')) for n in waiting)
+  # Before any of its runs has a record, a last part waits for every arm's choice.
+  del records_['r3_full_e11_val'], records_['r3_full_e22_val'], records_['r3_full_e44_val']
+  del records_[last[-1]]
+  whole = grid_lib.fully_resolved(grid_lib.load_grid(ROUND3_GRID), records_)
+  assert not any(r.tags.get('arm', '').startswith('full') for r in whole.runs)
+
+
 def test_round3_ssl_fine_tunes_the_plain_vits_choice_from_each_encoder_once_all_are_chosen():
   records_ = {}
   grid = grid_lib.load_grid(ROUND3_GRID)
@@ -956,6 +978,14 @@ def test_round3_ssl_fine_tunes_the_plain_vits_choice_from_each_encoder_once_all_
       assert tuned.command == base.command + (
           f' --config.pretrained_path={{out}}/r3_{method}_pretrain')
       assert tuned.tags['init'] == f'{method.upper()} encoder' and tuned.tags['chosen']
+  # The fine-tunes are rows of the ssl table only: the matched and position-embedding tables'
+  # plain ViT at 1% is the scratch arm alone.
+  by_name = {t.name: t for t in grid.tables}
+  for table, cell in (('r3_matched', ('ViT plain', 1)), ('r3_posemb', ('learn', 1)),
+                      ('r3_ssl', ('scratch', 1))):
+    assert set(report.table_cells(by_name[table], grid.runs)[2][cell]) == set(scratch)
+  assert report.table_cells(by_name['r3_ssl'], grid.runs)[2][('MAE encoder', 1)] == [
+      f'r3_vit_mae_p1_s{s}' for s in range(3)]
   # The pretrained encoder has the fine-tuned model's parameter tree.
   ssl_config = config_lib.load_config_module(os.path.join(ROOT, 'configs',
                                                           'fashion_mnist_ssl.py'))

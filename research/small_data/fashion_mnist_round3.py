@@ -169,6 +169,14 @@ def _tags(of: Arm, seed: int, **extra) -> Dict[str, Any]:
   return tags
 
 
+def _ssl_tags(of: Arm, seed: int, **extra) -> Dict[str, Any]:
+  """Tags of a fine-tune of arm `of` from a pretrained encoder: a row of the ssl table only,
+  not of the matched or position-embedding tables, whose rows are the arm trained from scratch."""
+  model, recipe, pct = of
+  return dict(model=LABELS[model], recipe=recipe, pct=pct, seed=seed, arm='ssl', chosen=True,
+              **extra)
+
+
 class Choice:
   """What the records decide about one arm: its budget, then its (lr, wd)."""
 
@@ -249,8 +257,7 @@ def ssl_runs(choice: Choice, base: Dict, seeds: int) -> List[grid_lib.Run]:
                              f'fashion_mnist_ssl.py:{method},stage1,patch=7',
                              dict(arm='ssl_pretrain', method=method)))
     runs += [round2.run(f'r3_vit_{method}_p1_s{s}',
-                        dict(_tags(choice.arm, s, arm='ssl', lr=lr, wd=wd, chosen=True),
-                             init=label), base,
+                        _ssl_tags(choice.arm, s, init=label, lr=lr, wd=wd), base,
                         **_values(choice.arm, s, choice.budget, lr=lr, wd=wd,
                                   extra=f' --config.pretrained_path={{out}}/{pretrain}'))
              for s in range(seeds)]
@@ -275,12 +282,22 @@ def grid_runs(opts: Mapping[str, str], runlocal: bool,
   runs += [r for c in chosen if c.arm[:2] == ('vit', 'plain') and c.arm[2] in POSEMB_PCTS
            and 'posemb' in opts['parts'].split('+') for r in posemb_runs(c, base, seeds)]
   # Last, once every choice is made: the parts the verdicts on the recipes need run first.
-  if 'ssl' in opts['parts'].split('+') and not runlocal and len(chosen) == len(choices):
-    runs += ssl_runs(next(c for c in chosen if c.arm == SSL_ARM), base, seeds)
-  # The longest runs (hours each here), and independent of the arms: after all of them.
-  if 'full' in opts['parts'].split('+') and not runlocal and len(chosen) == len(choices):
-    runs += full_recipe_epochs.runs(opts['full_epochs'], records)
+  # The longest runs (hours each here), the full part, independent of the arms: after them all.
+  all_chosen = len(chosen) == len(choices)
+  ssl_arm = next((c for c in chosen if c.arm == SSL_ARM), None)
+  if 'ssl' in opts['parts'].split('+') and not runlocal and ssl_arm is not None:
+    runs += _once_due(ssl_runs(ssl_arm, base, seeds), all_chosen, records)
+  if 'full' in opts['parts'].split('+') and not runlocal:
+    runs += _once_due(full_recipe_epochs.runs(opts['full_epochs'], records), all_chosen, records)
   return runs
+
+
+def _once_due(part: List[grid_lib.Run], all_chosen: bool,
+              records: grid_lib.Records) -> List[grid_lib.Run]:
+  """A last part's runs once every arm has chosen, or once one of them has a record: a part
+  that ran under a narrower grid (`models=vit+resnet`) stays in the wider one, so its records
+  are in the report while the other models' arms are still choosing."""
+  return part if all_chosen or any(r.name in records for r in part) else []
 
 
 def get_grid(arg: str = '') -> grid_lib.Grid:
