@@ -158,8 +158,7 @@ def _values(arm: Arm, seed: int, steps: int, **extra) -> Dict[str, Any]:
 def _tags(of: Arm, seed: int, **extra) -> Dict[str, Any]:
   """Tags of a run of arm `of`: its table row, and its rows of the 10x and posemb tables."""
   model, recipe, pct = of
-  tags = dict(model=LABELS[model], recipe=recipe, pct=pct, seed=seed, row=row_label(of),
-              **extra)
+  tags = _ssl_tags(of, seed, row=row_label(of), **extra)
   if of in TENX:
     tags.update(tenx=f'{LABELS[model]} {recipe}, {pct}%', tenx_col=TENX_COL)
   if (model, recipe) == ('vit', 'plain') and pct in POSEMB_PCTS:
@@ -170,11 +169,11 @@ def _tags(of: Arm, seed: int, **extra) -> Dict[str, Any]:
 
 
 def _ssl_tags(of: Arm, seed: int, **extra) -> Dict[str, Any]:
-  """Tags of a fine-tune of arm `of` from a pretrained encoder: a row of the ssl table only,
-  not of the matched or position-embedding tables, whose rows are the arm trained from scratch."""
+  """Tags of a run of arm `of` in no table's row but those `extra` gives: a fine-tune from a
+  pretrained encoder is a row of the ssl table only, not of the matched or position-embedding
+  tables, whose rows are the arm trained from scratch (`_tags` adds those)."""
   model, recipe, pct = of
-  return dict(model=LABELS[model], recipe=recipe, pct=pct, seed=seed, arm='ssl', chosen=True,
-              **extra)
+  return dict(model=LABELS[model], recipe=recipe, pct=pct, seed=seed, **extra)
 
 
 class Choice:
@@ -257,7 +256,8 @@ def ssl_runs(choice: Choice, base: Dict, seeds: int) -> List[grid_lib.Run]:
                              f'fashion_mnist_ssl.py:{method},stage1,patch=7',
                              dict(arm='ssl_pretrain', method=method)))
     runs += [round2.run(f'r3_vit_{method}_p1_s{s}',
-                        _ssl_tags(choice.arm, s, init=label, lr=lr, wd=wd), base,
+                        _ssl_tags(choice.arm, s, arm='ssl', chosen=True, init=label, lr=lr, wd=wd),
+                        base,
                         **_values(choice.arm, s, choice.budget, lr=lr, wd=wd,
                                   extra=f' --config.pretrained_path={{out}}/{pretrain}'))
              for s in range(seeds)]
