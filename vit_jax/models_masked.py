@@ -20,6 +20,7 @@ from typing import Optional
 import flax.linen as nn
 import jax.numpy as jnp
 
+from vit_jax import models_transformer
 from vit_jax import models_vit
 from vit_jax import position_embeddings
 
@@ -102,7 +103,7 @@ class MaskedAutoencoder(nn.Module):
     grid = grid + jnp.asarray(position_embeddings.posemb_sincos_2d((gh, gw), width), x.dtype)
     x = jnp.concatenate([x[:, :prefix], grid], axis=1)
     for i in range(self.decoder_depth):
-      x = models_vit.Encoder1DBlock(
+      x = models_transformer.Encoder1DBlock(
           mlp_dim=4 * width, num_heads=self.decoder_heads, dropout_rate=0.,
           attention_dropout_rate=0., name=f'decoderblock_{i}')(x, not train)
     x = nn.LayerNorm(epsilon=1e-6, name='decoder_norm')(x)

@@ -7,12 +7,13 @@ outside the position embedding, norm_pre, fc_norm, a MAP head, a bias-free patch
 are off by default.
 """
 
-from typing import Any, Callable, Optional, Sequence, Tuple
+from typing import Any, Callable, Optional, Sequence
 
 import flax.linen as nn
 import jax.numpy as jnp
 
 from vit_jax import models_resnet
+from vit_jax import models_transformer
 from vit_jax import ops
 from vit_jax import position_embeddings
 from vit_jax import presets
@@ -25,219 +26,10 @@ Dtype = Any
 CLASSIFIERS = ('token', 'gap', 'unpooled', 'token_unpooled', 'token_gap', 'map')
 CLASS_TOKEN_CLASSIFIERS = presets.CLASS_TOKEN_CLASSIFIERS
 
-
-class MlpBlock(nn.Module):
-  """Dense → activation (official: GELU's tanh approximation) → dropout → Dense → dropout."""
-
-  mlp_dim: int
-  activation: str = 'gelu_tanh'
-  dtype: Dtype = jnp.float32
-  param_dtype: Dtype = jnp.float32
-  out_dim: Optional[int] = None
-  dropout_rate: float = 0.1
-  kernel_init: Callable[..., Array] = nn.initializers.xavier_uniform()
-  bias_init: Callable[..., Array] = nn.initializers.normal(stddev=1e-6)
-
-  @nn.compact
-  def __call__(self, inputs: Array, *, deterministic: bool) -> Array:
-    dense = lambda features: nn.Dense(  # noqa: E731
-        features, dtype=self.dtype, param_dtype=self.param_dtype,
-        kernel_init=self.kernel_init, bias_init=self.bias_init)
-    x = ops.ACTIVATIONS[self.activation](dense(self.mlp_dim)(inputs))
-    x = nn.Dropout(rate=self.dropout_rate)(x, deterministic=deterministic)
-    x = dense(self.out_dim or inputs.shape[-1])(x)
-    return nn.Dropout(rate=self.dropout_rate)(x, deterministic=deterministic)
-
-
-class Encoder1DBlock(nn.Module):
-  """Pre-LN transformer block: x + Attn(LN(x)), then x + MLP(LN(x)).
-
-  `drop_path_rate` > 0 adds stochastic depth: each residual branch is dropped per example.
-  `layer_scale` > 0 multiplies each branch by a learned per-channel `ls1`/`ls2` initialised to it
-  (CaiT/DeiT-III/DINOv2; timm's `ls1.gamma`). `relative_grid` (rows, cols) of the patch grid
-  gives the attention the paper's relative position bias (`RelativePositionKeys`, its own
-  `relative_posemb` table); None for none.
-  """
-
-  mlp_dim: int
-  num_heads: int
-  dtype: Dtype = jnp.float32
-  param_dtype: Dtype = jnp.float32
-  dropout_rate: float = 0.1
-  attention_dropout_rate: float = 0.1
-  drop_path_rate: float = 0.
-  attention_impl: str = 'xla'
-  activation: str = 'gelu_tanh'
-  layer_norm_eps: float = 1e-6
-  layer_scale: float = 0.
-  relative_grid: Optional[Tuple[int, int]] = None
-
-  @nn.compact
-  def __call__(self, inputs: Array, deterministic: bool) -> Array:
-    drop_path = nn.Dropout(rate=self.drop_path_rate, broadcast_dims=(1, 2))
-    x = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype,
-                     param_dtype=self.param_dtype)(inputs)
-    # Attention weights are only materialised (and sown) when someone collects intermediates.
-    sow = self.is_mutable_collection('intermediates')
-    x = nn.MultiHeadDotProductAttention(
-        num_heads=self.num_heads,
-        dtype=self.dtype,
-        param_dtype=self.param_dtype,
-        kernel_init=nn.initializers.xavier_uniform(),
-        broadcast_dropout=False,
-        dropout_rate=self.attention_dropout_rate,
-        attention_fn=self._attention_fn(x),
-    )(x, x, deterministic=deterministic, sow_weights=sow)
-    x = nn.Dropout(rate=self.dropout_rate)(x, deterministic=deterministic)
-    x = inputs + drop_path(self._scale('ls1', x), deterministic=deterministic)
-
-    y = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype,
-                     param_dtype=self.param_dtype)(x)
-    y = MlpBlock(mlp_dim=self.mlp_dim, dtype=self.dtype, param_dtype=self.param_dtype,
-                 dropout_rate=self.dropout_rate, activation=self.activation)(
-                     y, deterministic=deterministic)
-    return x + drop_path(self._scale('ls2', y), deterministic=deterministic)
-
-  def _attention_fn(self, x: Array):
-    attention_fn = ops.ATTENTION_FNS[self.attention_impl]
-    if self.relative_grid is None:
-      return attention_fn
-    keys, index = position_embeddings.RelativePositionKeys(
-        grid_shape=self.relative_grid, num_heads=self.num_heads, param_dtype=self.param_dtype,
-        name='relative_posemb')(x.shape[1], x.shape[-1] // self.num_heads)
-    return position_embeddings.relative_attention(attention_fn, keys, index)
-
-  def _scale(self, name: str, x: Array) -> Array:
-    if not self.layer_scale:
-      return x
-    gamma = self.param(name, nn.initializers.constant(self.layer_scale), (x.shape[-1],),
-                       self.param_dtype)
-    return x * gamma.astype(x.dtype)
-
-
-class MAPHead(nn.Module):
-  """Multihead attention pooling (big_vision's MAPHead; timm's `attn_pool` of SigLIP).
-
-  A learned `probe` query attends over all tokens; then x + MLP(LN(x)), no residual around the
-  attention (as both references). Returns (batch, hidden).
-  """
-
-  mlp_dim: int
-  num_heads: int
-  activation: str = 'gelu_tanh'
-  layer_norm_eps: float = 1e-6
-  dtype: Dtype = jnp.float32
-  param_dtype: Dtype = jnp.float32
-
-  @nn.compact
-  def __call__(self, x: Array) -> Array:
-    n, _, d = x.shape
-    probe = self.param('probe', nn.initializers.xavier_uniform(), (1, 1, d), self.param_dtype)
-    probe = jnp.tile(probe.astype(x.dtype), (n, 1, 1))
-    x = nn.MultiHeadDotProductAttention(
-        num_heads=self.num_heads, dtype=self.dtype, param_dtype=self.param_dtype,
-        kernel_init=nn.initializers.xavier_uniform())(probe, x)
-    y = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype,
-                     param_dtype=self.param_dtype)(x)
-    x = x + MlpBlock(mlp_dim=self.mlp_dim, dtype=self.dtype, param_dtype=self.param_dtype,
-                     dropout_rate=0., activation=self.activation)(y, deterministic=True)
-    return x[:, 0]
-
-
-class Encoder(nn.Module):
-  """Position embeddings, `num_layers` blocks named encoderblock_{i}, then `encoder_norm`.
-
-  `prefix` tokens (class, distillation, register) are concatenated before the grid: before the
-  position embedding is added (official), or after it with `no_embed_class` (DeiT-III, DINOv2
-  with registers: the table covers the grid only). `norm_pre` adds a LayerNorm before the
-  blocks (CLIP); `final_norm=False` leaves out `encoder_norm` (fc_norm models normalise after
-  pooling instead).
-  """
-
-  num_layers: int
-  mlp_dim: int
-  num_heads: int
-  dropout_rate: float = 0.1
-  attention_dropout_rate: float = 0.1
-  add_position_embedding: bool = True
-  posemb: str = 'learn'
-  stochastic_depth: float = 0.
-  remat: bool = False
-  attention_impl: str = 'xla'
-  dtype: Dtype = jnp.float32
-  param_dtype: Dtype = jnp.float32
-  activation: str = 'gelu_tanh'
-  layer_norm_eps: float = 1e-6
-  layer_scale: float = 0.
-  no_embed_class: bool = False
-  norm_pre: bool = False
-  final_norm: bool = True
-
-  @nn.compact
-  def __call__(self, x: Array, *, train: bool,
-               grid_shape: Optional[Tuple[int, int]] = None,
-               prefix: Optional[Array] = None, keep: Optional[Array] = None) -> Array:
-    if x.ndim != 3:
-      raise ValueError(f'Encoder expects (batch, tokens, hidden), got {x.shape}')
-    num_grid = x.shape[1]
-    if prefix is not None and not self.no_embed_class:
-      x = jnp.concatenate([prefix, x], axis=1)
-    x = self._add_position_embedding(x, grid_shape)
-    if keep is not None:  # MAE: the blocks see only the visible patches (and the prefix).
-      x = keep_tokens(x, keep, x.shape[1] - num_grid)
-    if prefix is not None and self.no_embed_class:
-      x = jnp.concatenate([prefix, x], axis=1)
-    relative_grid = self._relative_grid(grid_shape)
-    x = nn.Dropout(rate=self.dropout_rate)(x, deterministic=not train)
-    if self.norm_pre:
-      x = nn.LayerNorm(epsilon=self.layer_norm_eps, param_dtype=self.param_dtype,
-                       name='norm_pre')(x)
-    # Blocks are rematerialised only where it matters: when gradients are taken of an `apply`
-    # (not at init, and not while intermediates are being collected for analysis).
-    remat = (self.remat and not self.is_initializing()
-             and not self.is_mutable_collection('intermediates'))
-    for i in range(self.num_layers):
-      # Stochastic depth grows linearly from 0 (first block) to `stochastic_depth` (last).
-      rate = self.stochastic_depth * i / max(self.num_layers - 1, 1)
-      block = Encoder1DBlock(mlp_dim=self.mlp_dim, num_heads=self.num_heads, dtype=self.dtype,
-                             param_dtype=self.param_dtype, dropout_rate=self.dropout_rate,
-                             attention_dropout_rate=self.attention_dropout_rate,
-                             drop_path_rate=rate, attention_impl=self.attention_impl,
-                             activation=self.activation, layer_norm_eps=self.layer_norm_eps,
-                             layer_scale=self.layer_scale, relative_grid=relative_grid,
-                             name=f'encoderblock_{i}')
-      x = self._remat_block(block, x, not train) if remat else block(x, not train)
-    if not self.final_norm:
-      return x
-    return nn.LayerNorm(epsilon=self.layer_norm_eps, param_dtype=self.param_dtype,
-                        name='encoder_norm')(x)
-
-  def _remat_block(self, block: 'Encoder1DBlock', x: Array, deterministic: bool) -> Array:
-    """Runs `block` on its own params, recomputing its activations in the backward pass."""
-    # Without a 'dropout' rng the block raises Flax's own error if one of its rates needs it.
-    random = not deterministic and self.has_rng('dropout')
-    rng = self.make_rng('dropout') if random else None
-    definition = block.clone(parent=None)
-
-    def apply(params, inputs, key):
-      rngs = {'dropout': key} if random else None
-      return definition.apply({'params': params}, inputs, deterministic, rngs=rngs)
-
-    return ops.rematerialized(apply)(block.variables['params'], x, rng)
-
-  def _relative_grid(self, grid_shape: Optional[Tuple[int, int]]
-                     ) -> Optional[Tuple[int, int]]:
-    """The patch grid each block's relative position bias spans; None without one."""
-    if not (self.add_position_embedding and self.posemb == 'relative'):
-      return None
-    if grid_shape is None:
-      raise ValueError("posemb='relative' needs the token grid_shape")
-    return tuple(grid_shape)
-
-  def _add_position_embedding(self, x: Array, grid_shape: Optional[Tuple[int, int]]) -> Array:
-    if not self.add_position_embedding:
-      return x
-    return position_embeddings.add(x, self.posemb, grid_shape, self.param_dtype)
+# The official code's names for the encoder's modules, defined in `models_transformer`.
+MlpBlock = models_transformer.MlpBlock
+Encoder1DBlock = models_transformer.Encoder1DBlock
+Encoder = models_transformer.Encoder
 
 
 class VisionTransformer(nn.Module):
@@ -336,7 +128,7 @@ class VisionTransformer(nn.Module):
       x = x.reshape(n, h * w, c)
       if corrupt is not None:  # Masked patch prediction: before the position embeddings.
         x = corrupt(x)
-      x = Encoder(name='Transformer', posemb=self.posemb,
+      x = models_transformer.Encoder(name='Transformer', posemb=self.posemb,
                   stochastic_depth=self.stochastic_depth, remat=self.remat,
                   attention_impl=self.attention_impl, dtype=self.dtype,
                   param_dtype=self.param_dtype, activation=self.activation,
@@ -413,16 +205,11 @@ class VisionTransformer(nn.Module):
       return jnp.mean(x, axis=tuple(range(1, x.ndim - 1)))
     if self.classifier == 'map':
       t = self.transformer
-      return MAPHead(mlp_dim=t['mlp_dim'], num_heads=t['num_heads'], activation=self.activation,
-                     layer_norm_eps=self.layer_norm_eps, dtype=self.dtype,
-                     param_dtype=self.param_dtype, name='MAPHead_0')(x)
+      return models_transformer.MAPHead(
+          mlp_dim=t['mlp_dim'], num_heads=t['num_heads'], activation=self.activation,
+          layer_norm_eps=self.layer_norm_eps, dtype=self.dtype, param_dtype=self.param_dtype,
+          name='MAPHead_0')(x)
     return x
-
-
-def keep_tokens(x: Array, keep: Array, num_prefix: int) -> Array:
-  """The prefix tokens of `x` (batch, prefix + patches, hidden), then the patches at `keep`."""
-  patches = jnp.take_along_axis(x[:, num_prefix:], keep[..., None], axis=1)
-  return jnp.concatenate([x[:, :num_prefix], patches], axis=1)
 
 
 def _check_choice(field: str, value: str, choices: Sequence[str]) -> None:

@@ -17,6 +17,7 @@ import flax
 import jax
 import jax.numpy as jnp
 
+from vit_jax import models_transformer
 from vit_jax import models_vit
 
 Params = Dict[str, Any]
@@ -43,7 +44,7 @@ class Features:
 
 def _capture_filter(module: Any, method_name: str) -> bool:
   return method_name == '__call__' and isinstance(
-      module, (models_vit.Encoder, models_vit.Encoder1DBlock))
+      module, (models_transformer.Encoder, models_transformer.Encoder1DBlock))
 
 
 def _features(model: models_vit.VisionTransformer, params: Params,
