@@ -1,9 +1,9 @@
 """The ViT's transformer encoder, with the official Linen names: `MlpBlock`, `Encoder1DBlock`
 and `Encoder` (named `Transformer` in a checkpoint), and big_vision's `MAPHead`.
 
-Its own module so that the ViT, the hybrid and the masked models (`models_masked`) share one
-encoder; `models_vit` imports these names, so `models_vit.Encoder` etc. keep working as in the
-official code.
+The encoder is used apart from the ViT too: MAE's decoder (`models_masked`) stacks its blocks and
+the feature tools (`tools/features`) read its intermediates. `models_vit` keeps the official
+names (`models_vit.Encoder`, `Encoder1DBlock`, `MlpBlock`) pointing here.
 """
 
 from typing import Any, Callable, Optional, Tuple
