@@ -271,7 +271,7 @@ def grid_runs(opts: Mapping[str, str], runlocal: bool,
   one's sweep starts); then the position embeddings of the chosen plain ViT arms; each stage
   after the one it depends on."""
   base = dict(root='{out}/data', runlocal='1' if runlocal else '')
-  seeds = int(opts['seeds'])
+  seeds, parts = int(opts['seeds']), opts['parts'].split('+')
   choices = [Choice(arm, opts, records)
              for arm in arms(runlocal, opts['parts'], opts['models'])]
   runs = [probe_run(c.arm, base, opts) for c in choices]
@@ -280,14 +280,14 @@ def grid_runs(opts: Mapping[str, str], runlocal: bool,
     runs += seed_runs(c, base, seeds) if c.chosen is not None else []
   chosen = [c for c in choices if c.chosen is not None]
   runs += [r for c in chosen if c.arm[:2] == ('vit', 'plain') and c.arm[2] in POSEMB_PCTS
-           and 'posemb' in opts['parts'].split('+') for r in posemb_runs(c, base, seeds)]
+           and 'posemb' in parts for r in posemb_runs(c, base, seeds)]
   # Last, once every choice is made: the parts the verdicts on the recipes need run first.
   # The longest runs (hours each here), the full part, independent of the arms: after them all.
   all_chosen = len(chosen) == len(choices)
   ssl_arm = next((c for c in chosen if c.arm == SSL_ARM), None)
-  if 'ssl' in opts['parts'].split('+') and not runlocal and ssl_arm is not None:
+  if 'ssl' in parts and not runlocal and ssl_arm is not None:
     runs += _once_due(ssl_runs(ssl_arm, base, seeds), all_chosen, records)
-  if 'full' in opts['parts'].split('+') and not runlocal:
+  if 'full' in parts and not runlocal:
     runs += _once_due(full_recipe_epochs.runs(opts['full_epochs'], records), all_chosen, records)
   return runs
 
