@@ -1,4 +1,4 @@
-"""Writes vit_jax/weights/timm_architectures.py: timm's ViT-family architectures, as data.
+"""Writes vit_jax/weights/timm_architectures.json: timm's ViT-family architectures, as data.
 
     python benchmarks/gen_timm_architectures.py
 
@@ -8,12 +8,14 @@ device (no memory, no weights) and described from the built model: widths, heads
 activation, norm and epsilon, pooling, prefix tokens and the block parts this package's loader
 must know about. Depth is the factory's own `depth` (or `depths`) argument; the model is built
 with one block per stage so that describing all of them takes seconds, not minutes.
-tests/test_timm_architectures.py regenerates the table in memory and compares it with the file.
+tests/test_timm_architectures.py regenerates the table in memory and compares it with the file;
+`vit_jax.weights.timm_architectures` reads it.
 """
 
 import contextlib
 import functools
 import inspect
+import json
 import os
 from typing import Any, Dict, Iterator, List, Tuple
 
@@ -22,7 +24,7 @@ from absl import flags
 
 MODULES = ('vision_transformer', 'deit', 'swin_transformer')
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'vit_jax', 'weights',
-                   'timm_architectures.py')
+                   'timm_architectures.json')
 COMMAND = 'python benchmarks/gen_timm_architectures.py'
 
 
@@ -184,42 +186,20 @@ def table() -> Dict[str, Dict[str, Any]]:
   return {name: describe(name) for name in published_architectures()}
 
 
-def module_text(entries: Dict[str, Dict[str, Any]], defaults: Dict[str, Dict[str, Any]]) -> str:
+def table_text(entries: Dict[str, Dict[str, Any]], defaults: Dict[str, Dict[str, Any]]) -> str:
+  """The JSON file: timm's version, the two classes' defaults, then one line per architecture.
+
+  One entry a line keeps a regeneration's diff to the architectures that changed.
+  """
   import timm
-  header = (
-      f'"""timm\'s ViT-family architectures with published weights (timm {timm.__version__}).\n'
-      '\n'
-      'Generated from timm\'s own model definitions; do not edit. Regenerate with\n'
-      '\n'
-      f'    {COMMAND}\n'
-      '\n'
-      '`ARCHITECTURES[name]` describes the model `timm.create_model(name)` builds: ViTs\n'
-      '(family \'vit\': modules vision_transformer and deit) and Swin v1 (family \'swin\').\n'
-      'Activation names are this package\'s (`gelu` exact, `gelu_tanh`, `quick_gelu`); `norm_eps`\n'
-      'is the blocks\' LayerNorm epsilon; `mlp_dim` the hidden width of the blocks\' MLP; `None`\n'
-      'means the model has no such part (fused parallel blocks, no attention pooling).\n'
-      '`VIT_DEFAULTS` and `SWIN_DEFAULTS` describe timm\'s `VisionTransformer()` and\n'
-      '`SwinTransformer()` built with their constructors\' defaults alone.\n'
-      '"""\n\n'
-      f'TIMM_VERSION = {timm.__version__!r}\n\n'
-      + _dict_text('VIT_DEFAULTS = dict(', defaults['vit'], ')\n\n')
-      + _dict_text('SWIN_DEFAULTS = dict(', defaults['swin'], ')\n\n') + 'ARCHITECTURES = {\n')
-  return header + ''.join(_dict_text(f'    {n!r}: dict(', e, '),\n')
-                          for n, e in entries.items()) + '}\n'
 
+  def line(key: str, value: Any) -> str:
+    return f'{json.dumps(key)}: {json.dumps(value)}'
 
-def _dict_text(opening: str, entry: Dict[str, Any], closing: str) -> str:
-  """`opening` + `key=value, ...` + `closing`, wrapped at 100 columns."""
-  items = [f'{k}={v!r},' for k, v in entry.items()]
-  lines, line = [], opening
-  for item in items:
-    if len(line) + 1 + len(item) > 99:
-      lines.append(line)
-      line = '        ' + item
-    else:
-      line += ('' if line.endswith('(') else ' ') + item
-  lines.append(line[:-1] + closing)
-  return '\n'.join(lines)
+  head = [line('timm_version', timm.__version__), line('generated_by', COMMAND),
+          line('vit_defaults', defaults['vit']), line('swin_defaults', defaults['swin'])]
+  rows = ',\n'.join('    ' + line(name, entry) for name, entry in entries.items())
+  return '{\n' + ''.join(f'  {h},\n' for h in head) + '  "architectures": {\n' + rows + '\n  }\n}\n'
 
 
 def main(argv: List[str]) -> None:
@@ -228,11 +208,11 @@ def main(argv: List[str]) -> None:
   entries = table()
   out = flags.FLAGS.out
   with open(out, 'w', encoding='utf-8') as f:
-    f.write(module_text(entries, describe_defaults()))
+    f.write(table_text(entries, describe_defaults()))
   print(f'{len(entries)} architectures -> {out}')
 
 
 if __name__ == '__main__':
   # Defined here, not at import: the test imports this module beside the tools' own --out.
-  flags.DEFINE_string('out', os.path.normpath(OUT), 'Where to write the table module.')
+  flags.DEFINE_string('out', os.path.normpath(OUT), 'Where to write the table (JSON).')
   app.run(main)

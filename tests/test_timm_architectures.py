@@ -1,16 +1,17 @@
 """timm's architecture table: equal to timm's own definitions; hub folders load by it.
 
-`vit_jax/weights/timm_architectures.py` holds every ViT, DeiT and Swin architecture of
-timm with published weights (170 in timm 1.0.31). `test_table_equals_timm` regenerates it in
-memory from timm and compares every entry. `test_hub_folder_as_published` covers every
-entry: the table's entries fall into 38 groups that differ only in sizes (width, heads, MLP
-width, depth, patch, image, classes); one architecture per group (the smallest, or the one
-named in NAMED) is built by timm at its real width with one block per stage and a 2x2 patch
-grid (Swin: its window x 32 px), noised, and saved as the hub publishes it (model.safetensors
-+ config.json with `architecture` and `pretrained_cfg`, no `model_args`). This package loads
-it with timm's logits (within 2e-5 of the largest) or refuses it in one line naming it;
-a loaded ViT exported back (`timm_export`) names the same architecture with model_args for
-what differs only, and timm rebuilds it with the same logits.
+`vit_jax/weights/timm_architectures.json` (read by `timm_architectures`) holds every ViT, DeiT
+and Swin architecture of timm with published weights (170 in timm 1.0.31).
+`test_table_equals_timm` regenerates it in memory from timm and compares every entry;
+`test_file_is_what_the_generator_writes` pins the file's format both ways.
+`test_hub_folder_as_published` covers every entry: the table's entries fall into 38 groups that
+differ only in sizes (width, heads, MLP width, depth, patch, image, classes); one architecture
+per group (the smallest, or the one named in NAMED) is built by timm at its real width with one
+block per stage and a 2x2 patch grid (Swin: its window x 32 px), noised, and saved as the hub
+publishes it (model.safetensors + config.json with `architecture` and `pretrained_cfg`, no
+`model_args`). This package loads it with timm's logits (within 2e-5 of the largest) or refuses
+it in one line naming it; a loaded ViT exported back (`timm_export`) names the same architecture
+with model_args for what differs only, and timm rebuilds it with the same logits.
 What distinguishes the members of a group (heads, widths) is checked for each of them by the
 table test.
 """
@@ -78,6 +79,16 @@ def test_table_equals_timm():
   defaults = gen_timm_architectures.describe_defaults()
   assert defaults == {'vit': timm_architectures.VIT_DEFAULTS,
                       'swin': timm_architectures.SWIN_DEFAULTS}
+
+
+def test_file_is_what_the_generator_writes():
+  """The JSON file reads back to entries the generator writes byte for byte (tuples included)."""
+  path = os.path.join(os.path.dirname(timm_architectures.__file__), 'timm_architectures.json')
+  with open(path, encoding='utf-8') as f:
+    text = f.read()
+  defaults = {'vit': timm_architectures.VIT_DEFAULTS, 'swin': timm_architectures.SWIN_DEFAULTS}
+  assert gen_timm_architectures.table_text(TABLE, defaults) == text
+  assert isinstance(TABLE['swin_tiny_patch4_window7_224']['depths'], tuple)
 
 
 def test_named_architectures_are_what_timm_says():
