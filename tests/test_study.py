@@ -14,9 +14,11 @@ import types
 import numpy as np
 import pytest
 
+from research.small_data import cells as cells_lib
 from research.small_data import folders
 from research.small_data import full_recipe_epochs
 from research.small_data import grid as grid_lib
+from research.small_data import plots
 from research.small_data import records
 from research.small_data import report
 from research.small_data import round3_estimate
@@ -290,7 +292,7 @@ def test_study_grid_lists_dependencies_before_their_users():
         assert dependency in seen, f'{run.name} uses {dependency} before it runs'
       seen.add(run.name)
     for table in grid.tables if arg != 'runlocal' else ():  # Every table has cells.
-      assert report.table_cells(table, grid.runs)[2], (arg, table.name)
+      assert cells_lib.table_cells(table, grid.runs)[2], (arg, table.name)
 
 
 def write_idx(folder, counts):
@@ -420,7 +422,7 @@ def test_a_table_baseline_is_one_row_or_a_row_per_row():
   assert report.baselines(per_row, ['vit', 'vit ft']) == {'vit ft': 'vit'}
   grid = grid_lib.load_grid(STUDY_GRID)
   (pretraining,) = [t for t in grid.tables if t.name == 'pretraining']
-  rows = report.table_cells(pretraining, grid.runs)[0]
+  rows = cells_lib.table_cells(pretraining, grid.runs)[0]
   assert report.baselines(pretraining, rows) == {  # Each pretrained model against itself.
       'ViT pretrained on 0-4': 'ViT from scratch',
       'ResNet pretrained on 0-4': 'ResNet from scratch'}
@@ -519,7 +521,7 @@ def test_round3_stages_appear_as_their_records_come_and_every_claim_gets_its_run
   # The sweep table: a row per arm and fraction (each fraction chooses its own) and weight
   # decay, a column per learning rate in increasing order, one run a cell.
   table = next(t for t in grid.tables if t.name == 'r3_sweep')
-  rows, cols, cells = report.table_cells(table, grid.runs)
+  rows, cols, cells = cells_lib.table_cells(table, grid.runs)
   assert {'ViT plain, 1%, wd 0.05', 'ViT plain, 10%, wd 0.05', 'Swin strong, 1%, wd 0.3'} <= set(
       rows) and len(rows) == 10
   assert cols == [5e-4, 1.5e-3, 4e-3] and all(len(names) == 1 for names in cells.values())
@@ -541,7 +543,7 @@ def test_round3_stages_appear_as_their_records_come_and_every_claim_gets_its_run
           < order.index('r3_vit_strong_p1_s0_lr5e-4_wd0.3'))
   full = grid_lib.load_grid(f'{ROUND3_GRID}:wds=0.05+0.3').resolve(records_)
   assert len([r for r in full.runs if r.tags.get('arm') == 'sweep']) == 10 * 3 * 2
-  rows, _, cells = report.table_cells(table, full.runs)
+  rows, _, cells = cells_lib.table_cells(table, full.runs)
   assert len(rows) == 20 and all(len(names) == 1 for names in cells.values())
   _finish(grid, records_, lambda run: .75)
   tables = {t.name: t for t in grid.tables}
@@ -652,7 +654,7 @@ def test_a_record_keeps_the_validation_curve(tmp_path, monkeypatch):
 
 def _captured_figure(monkeypatch, plot, *args):
   """Runs `plot(*args)` and returns the figure it closed (its PNG saved)."""
-  plt = report._pyplot()
+  plt = plots.pyplot()
   closed = []
   monkeypatch.setattr(plt, 'close', closed.append)
   plot(*args)
@@ -660,7 +662,7 @@ def _captured_figure(monkeypatch, plot, *args):
 
 
 def test_plots_give_each_row_its_style_and_keep_the_legend_off_the_data(tmp_path, monkeypatch):
-  styles = [report.row_style(i) for i in range(12)]  # Round 2's remedies plot had 12 rows.
+  styles = [plots.row_style(i) for i in range(12)]  # Round 2's remedies plot had 12 rows.
   assert len({(tuple(s['color']), s['marker']) for s in styles}) == 12
   assert len({tuple(s['color']) for s in styles}) == 12
   table = grid_lib.Table('t', 'T', row='model', col='pct')
@@ -668,7 +670,7 @@ def test_plots_give_each_row_its_style_and_keep_the_legend_off_the_data(tmp_path
           for p in (1, 5)]
   records_ = {r.name: dict(accuracy_test=.5 + .01 * i, train_flops=1e12 * (1 + i))
               for i, r in enumerate(runs)}
-  for plot in (report.plot_table, report.plot_compute):
+  for plot in (plots.plot_table, plots.plot_compute):
     fig = _captured_figure(monkeypatch, plot, table, runs, records_, str(tmp_path / 'p.png'))
     ax = fig.axes[0]
     fig.canvas.draw()
@@ -685,20 +687,20 @@ def test_plots_leave_out_rows_without_a_finished_run_and_draw_lines_left_to_righ
   table = grid_lib.Table('t', 'T', row='arm', col='lr', log_x=True, sort_cols=True)
   runs = [grid_lib.Run(f'{a}{lr}', 'x', dict(arm=a, lr=lr)) for a in 'ab' for lr in (5e-4, 1e-4)]
   records_ = {'a0.0005': dict(accuracy_test=.7), 'a0.0001': dict(accuracy_test=.6)}  # b: none.
-  assert report.table_cells(table, runs)[1] == [1e-4, 5e-4]
+  assert cells_lib.table_cells(table, runs)[1] == [1e-4, 5e-4]
   png = str(tmp_path / 'p.png')
-  ax = _captured_figure(monkeypatch, report.plot_table, table, runs, records_, png).axes[0]
+  ax = _captured_figure(monkeypatch, plots.plot_table, table, runs, records_, png).axes[0]
   assert [c.get_label() for c in ax.containers] == ['a']  # Lines: 'b' has no finished run.
   line = ax.containers[0].lines[0]
   assert list(line.get_xdata()) == [1e-4, 5e-4] and list(line.get_ydata()) == [60., 70.]
   bars = dataclasses.replace(table, row='lr', col='arm')  # Bars: rows 5e-4 and 1e-4 only.
   runs.append(grid_lib.Run('c', 'x', dict(arm='a', lr=1.)))
-  ax = _captured_figure(monkeypatch, report.plot_table, bars, runs, records_, png).axes[0]
+  ax = _captured_figure(monkeypatch, plots.plot_table, bars, runs, records_, png).axes[0]
   assert [c.get_label() for c in ax.containers if not c.get_label().startswith('_')] == [
       '0.0005', '0.0001']
   assert ax.get_xlabel() == ''  # No column label: no axis label (not the tag's name, 'arm').
   labelled = dataclasses.replace(table, col_label='% of train: ')
-  ax = _captured_figure(monkeypatch, report.plot_table, labelled, runs, records_, png).axes[0]
+  ax = _captured_figure(monkeypatch, plots.plot_table, labelled, runs, records_, png).axes[0]
   assert ax.get_xlabel() == '% of train'
 
 
@@ -710,7 +712,7 @@ def test_compute_plots_label_a_short_log_axis_at_1_2_5_and_leave_minor_ticks_bar
   runs = [grid_lib.Run(f'r{i}', 'x', dict(arm='a', pct=1)) for i in range(2)]
   records_ = {'r0': dict(accuracy_test=.7, train_flops=2.1e12),
               'r1': dict(accuracy_test=.8, train_flops=2.9e13)}
-  fig = _captured_figure(monkeypatch, report.plot_compute, table, runs, records_,
+  fig = _captured_figure(monkeypatch, plots.plot_compute, table, runs, records_,
                          str(tmp_path / 'c.png'))
   axis = fig.axes[0].xaxis
   low, high = fig.axes[0].get_xlim()
@@ -983,8 +985,8 @@ def test_round3_ssl_fine_tunes_the_plain_vits_choice_from_each_encoder_once_all_
   by_name = {t.name: t for t in grid.tables}
   for table, cell in (('r3_matched', ('ViT plain', 1)), ('r3_posemb', ('learn', 1)),
                       ('r3_ssl', ('scratch', 1))):
-    assert set(report.table_cells(by_name[table], grid.runs)[2][cell]) == set(scratch)
-  assert report.table_cells(by_name['r3_ssl'], grid.runs)[2][('MAE encoder', 1)] == [
+    assert set(cells_lib.table_cells(by_name[table], grid.runs)[2][cell]) == set(scratch)
+  assert cells_lib.table_cells(by_name['r3_ssl'], grid.runs)[2][('MAE encoder', 1)] == [
       f'r3_vit_mae_p1_s{s}' for s in range(3)]
   # The pretrained encoder has the fine-tuned model's parameter tree.
   ssl_config = config_lib.load_config_module(os.path.join(ROOT, 'configs',

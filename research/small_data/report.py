@@ -1,22 +1,23 @@
 """The report of a grid from its results file: markdown tables (mean ± std), plots, run list.
 
+cells.py groups a table's runs into its cells; plots.py draws them.
+
 `write_into_doc` puts it between the study:begin/end markers of a markdown file, so the numbers
 of a write-up are generated, never typed.
 """
 
 import os
-import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from research.small_data import cells as cells_lib
 from research.small_data import grid as grid_lib
+from research.small_data import plots
 
 
 DOC_BEGIN, DOC_END = '<!-- study:begin -->', '<!-- study:end -->'
 VERDICTS = ('supported', 'not supported', 'undecided')
-# Up to 20 rows get a colour and a marker each (tab20 has 20 distinct colours).
-MARKERS = ('o', 's', '^', 'D', 'v', 'P', 'X', '<', '>', '*')
 
 
 def t_interval(values: Sequence[float], level: float = 0.95) -> Optional[Tuple[float, float,
@@ -61,7 +62,7 @@ def verdict(values: Sequence[float], kind: str = 'greater', margin: float = 1.) 
 def claim_effects(claim: grid_lib.Claim, table: grid_lib.Table, runs: Sequence[grid_lib.Run],
                   records: Mapping[str, Dict[str, Any]]) -> List[float]:
   """The claim's effect (points) on each seed whose every term has a finished run."""
-  _, _, cells = table_cells(table, runs)
+  _, _, cells = cells_lib.table_cells(table, runs)
   seed = {run.name: run.tags.get('seed') for run in runs}
   value = {}
   for (r, c), names in cells.items():
@@ -92,57 +93,15 @@ def claims_markdown(grid: grid_lib.Grid, records: Mapping[str, Dict[str, Any]]) 
   return '\n'.join(lines)
 
 
-def row_style(index: int) -> Dict[str, Any]:
-  """A colour (tab20) and a marker of their own for the `index`-th row of a plot."""
-  import matplotlib  # Lazily, as _pyplot.
-  # tab20's 10 dark shades first, then the light ones: neighbouring rows differ in hue.
-  shade = 2 * (index % 10) + (index // 10) % 2
-  return dict(color=matplotlib.colormaps['tab20'](shade), marker=MARKERS[index % len(MARKERS)])
-
-
-def mean_std(values: Sequence[float]) -> Tuple[float, float]:
-  """Mean and sample standard deviation (0 for a single value)."""
-  array = np.asarray(values, np.float64)
-  return float(array.mean()), float(array.std(ddof=1)) if len(array) > 1 else 0.
-
-
-def table_cells(table: grid_lib.Table, runs: Sequence[grid_lib.Run]
-                ) -> Tuple[List[Any], List[Any], Dict[Tuple[Any, Any], List[str]]]:
-  """(row values, column values, {(row, col): run names}) in the order the grid lists them."""
-  rows, cols, cells = [], [], {}
-  for run in runs:
-    if not all(_matches(run.tags.get(k), v) for k, v in table.where.items()):
-      continue
-    if table.row not in run.tags or table.col not in run.tags:
-      continue
-    r, c = run.tags[table.row], run.tags[table.col]
-    rows += [r] if r not in rows else []
-    cols += [c] if c not in cols else []
-    cells.setdefault((r, c), []).append(run.name)
-  return rows, sorted(cols) if table.sort_cols else cols, cells
-
-
-def _matches(value: Any, wanted: Any) -> bool:
-  """A tag matches a value, or one of a tuple of values."""
-  return value in wanted if isinstance(wanted, tuple) else value == wanted
-
-
-def _values(names: Sequence[str], records: Mapping[str, Dict[str, Any]], metric: str
-            ) -> List[float]:
-  """`metric` in % of the finished runs among `names`."""
-  return [100 * records[n][metric] for n in names
-          if n in records and records[n].get(metric) is not None]
-
-
 def format_cell(names: Sequence[str], records: Mapping[str, Dict[str, Any]],
                 metric: str = 'accuracy_test') -> str:
   """'87.12 ± 0.31 <sub>vit_p1_s0 vit_p1_s1</sub>'; unfinished runs are named, not averaged."""
-  done = _values(names, records, metric)
+  done = cells_lib.finished_values(names, records, metric)
   missing = len(names) - len(done)
   if not done:  # 'n/a': finished without this metric (e.g. a round-1 run has no accuracy_val).
     text = 'n/a' if all(records.get(n, {}).get('finished') for n in names) else 'unfinished'
   else:
-    mean, std = mean_std(done)
+    mean, std = cells_lib.mean_std(done)
     text = f'{mean:.2f} ± {std:.2f}' if len(done) > 1 else f'{mean:.2f}'
   if missing and done:
     text += f' ({missing} unfinished)'
@@ -152,7 +111,7 @@ def format_cell(names: Sequence[str], records: Mapping[str, Dict[str, Any]],
 def table_markdown(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
                    records: Mapping[str, Dict[str, Any]]) -> str:
   """The table as markdown: a column per `col` value, a row per `row` value."""
-  rows, cols, cells = table_cells(table, runs)
+  rows, cols, cells = cells_lib.table_cells(table, runs)
   header = [table.row] + [f'{table.col_label}{c}' for c in cols]
   lines = ['| ' + ' | '.join(header) + ' |', '|' + ' --- |' * len(header)]
   for r in rows:
@@ -173,7 +132,7 @@ def paired_deltas(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
                   records: Mapping[str, Dict[str, Any]]) -> str:
   """Markdown: per row and column, `metric` minus the baseline row's run with the same seed
   (same slice), in points: mean ± std over the pairs, and how many pairs are above 0."""
-  rows, cols, cells = table_cells(table, runs)
+  rows, cols, cells = cells_lib.table_cells(table, runs)
   seed = {run.name: run.tags.get('seed') for run in runs}
   value = {(r, c, seed[n]): 100 * records[n][table.metric] for (r, c), names in cells.items()
            for n in names if records.get(n, {}).get(table.metric) is not None}
@@ -189,117 +148,11 @@ def paired_deltas(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
       if not diffs:
         cells.append('')
         continue
-      mean, std = mean_std(diffs)
+      mean, std = cells_lib.mean_std(diffs)
       spread = f' ± {std:.2f}' if len(diffs) > 1 else ''
       cells.append(f'{mean:+.2f}{spread} ({sum(d > 0 for d in diffs)} of {len(diffs)} > 0)')
     lines.append('| ' + ' | '.join([f'{r} − {base}'] + cells) + ' |')
   return '\n'.join(lines)
-
-
-def _pyplot():
-  import matplotlib  # Imported lazily: the runner itself does not plot.
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt
-  return plt
-
-
-def plot_table(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
-               records: Mapping[str, Dict[str, Any]], png_path: str) -> None:
-  """`metric` per row over the columns: lines over numeric columns (in increasing order),
-  grouped bars otherwise. A row without a finished run is not drawn (nor in the legend)."""
-  plt = _pyplot()
-  rows, cols, cells = table_cells(table, runs)
-  numeric = all(isinstance(c, (int, float)) for c in cols)
-  fig, ax = plt.subplots(figsize=(6.4, 4))
-  for i, r in enumerate(rows):
-    xs, means, stds = [], [], []
-    for j, c in sorted(enumerate(cols), key=lambda jc: jc[1] if numeric else jc[0]):
-      done = _values(cells.get((r, c), ()), records, table.metric)
-      if done:
-        mean, std = mean_std(done)
-        xs.append(c if numeric else j + (i - (len(rows) - 1) / 2) * 0.8 / len(rows))
-        means.append(mean)
-        stds.append(std)
-    if not xs:
-      continue
-    style = row_style(i)
-    if numeric:
-      ax.errorbar(xs, means, yerr=stds, capsize=3, label=str(r), **style)
-    else:
-      ax.bar(xs, means, width=0.8 / len(rows), yerr=stds, capsize=3, label=str(r),
-             color=style['color'], hatch=('', '//', '..', 'xx')[i // 20 % 4])
-  if numeric and table.log_x:
-    ax.set_xscale('log')
-    ax.minorticks_off()  # Only the columns' own ticks: log minor labels would overlap them.
-  if numeric:
-    ax.set_xticks(cols, [str(c) for c in cols])
-  else:
-    ax.set_xticks(range(len(cols)), [str(c) for c in cols])
-  ax.set(xlabel=table.col_label.strip(' :'), ylabel=f'{_metric_name(table.metric)} (%)',
-         title=table.title)
-  _finish_plot(plt, fig, ax, png_path)
-
-
-def plot_compute(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
-                 records: Mapping[str, Dict[str, Any]], png_path: str) -> None:
-  """Each finished run of the table: `metric` over its training FLOPs (log); a colour per row,
-  and per column (the data fraction) a marker of its own, so fractions are told apart."""
-  plt = _pyplot()
-  rows, cols, cells = table_cells(table, runs)
-  fig, ax = plt.subplots(figsize=(6.4, 4))
-  for i, r in enumerate(rows):
-    for j, c in enumerate(cols):
-      names = [n for n in cells.get((r, c), ())
-               if records.get(n, {}).get(table.metric) is not None
-               and records[n].get('train_flops') is not None]
-      ax.scatter([records[n]['train_flops'] for n in names],
-                 [100 * records[n][table.metric] for n in names], alpha=.8,
-                 color=row_style(i)['color'], marker=MARKERS[j % len(MARKERS)],
-                 label=f'{r}, {table.col_label}{c}' if names else None)
-  ax.set_xscale('log')
-  _readable_log_ticks(ax)
-  ax.set(xlabel='training FLOPs (3 x forward x images seen)',
-         ylabel=f'{_metric_name(table.metric)} (%)', title=f'{table.title}: by compute')
-  _finish_plot(plt, fig, ax, png_path)
-
-
-def _readable_log_ticks(ax) -> None:
-  """Labels at 1, 2, 3 and 5 x 10^k when the data span under a decade, at 1, 2 and 5 under two
-  (else at 10^k only), and none on the other minor ticks: matplotlib's own labels them all on a
-  short log axis, and '3x10^12' ran into '4x10^12'."""
-  from matplotlib import ticker  # Lazily, as _pyplot.
-  low, high = ax.get_xlim()
-  decades = np.log10(high / low)
-  subs = (1., 2., 3., 5.) if decades < 1 else (1., 2., 5.) if decades < 2 else (1.,)
-  ax.xaxis.set_major_locator(ticker.LogLocator(base=10, subs=subs))
-  ax.xaxis.set_major_formatter(ticker.FuncFormatter(_power_of_ten_label))
-  ax.xaxis.set_minor_formatter(ticker.NullFormatter())
-
-
-def _power_of_ten_label(x: float, _=None) -> str:
-  """'$10^{13}$', '$5\\times10^{12}$': a log axis's tick label."""
-  exponent = int(np.floor(np.log10(x) + 1e-9))
-  mantissa = round(x / 10**exponent)
-  power = f'10^{{{exponent}}}'
-  return f'${power}$' if mantissa == 1 else f'${mantissa}\\times{power}$'
-
-
-def _finish_plot(plt, fig, ax, png_path: str) -> None:
-  """Grid lines; the legend to the right of the axes, never over the data."""
-  ax.grid(alpha=.3)
-  ax.legend(fontsize='small', loc='upper left', bbox_to_anchor=(1.02, 1), borderaxespad=0)
-  fig.savefig(png_path, dpi=100, bbox_inches='tight')
-  plt.close(fig)
-
-
-FEWSHOT_METRIC = re.compile(r'fewshot_(\d+)shot')  # A record's few-shot field (records.py).
-
-
-def _metric_name(metric: str) -> str:
-  few = FEWSHOT_METRIC.fullmatch(metric)
-  if few:
-    return f'{few[1]}-shot linear accuracy'
-  return metric.replace('accuracy_', '') + ' accuracy'
 
 
 def _pct(value: Optional[float]) -> str:
@@ -332,7 +185,7 @@ def runs_markdown(runs: Sequence[grid_lib.Run], records: Mapping[str, Dict[str, 
 def _fewshot_cell(record: Mapping[str, Any]) -> str:
   """'1: 61.20, 5: 70.05, ...' from a record's fewshot_<k>shot fields ('' before it is measured)."""
   shots = sorted((int(m[1]), v) for k, v in record.items()
-                 for m in [FEWSHOT_METRIC.fullmatch(k)] if m)
+                 for m in [cells_lib.FEWSHOT_METRIC.fullmatch(k)] if m)
   return ', '.join(f'{k}: {100 * v:.2f}' for k, v in shots)
 
 
@@ -369,13 +222,13 @@ def report_markdown(grid: grid_lib.Grid, records: Mapping[str, Dict[str, Any]], 
     parts += [f'### {table.title}', table_markdown(table, grid.runs, records)]
     if table.baseline:
       parts.append(paired_deltas(table, grid.runs, records))
-    if not any(_values(names, records, table.metric)
-               for names in table_cells(table, grid.runs)[2].values()):
+    if not any(cells_lib.finished_values(names, records, table.metric)
+               for names in cells_lib.table_cells(table, grid.runs)[2].values()):
       parts.append('(No finished run of this table yet: no plot.)')  # A grid still running.
       continue
     png, compute_png = f'{table.name}.png', f'{table.name}_compute.png'
-    plot_table(table, grid.runs, records, os.path.join(report_dir, png))
-    plot_compute(table, grid.runs, records, os.path.join(report_dir, compute_png))
+    plots.plot_table(table, grid.runs, records, os.path.join(report_dir, png))
+    plots.plot_compute(table, grid.runs, records, os.path.join(report_dir, compute_png))
     parts.append(f'![{table.title}]({image_dir}/{png}) '
                  f'![{table.title}: by compute]({image_dir}/{compute_png})')
   parts += ['### Every run', runs_markdown(grid.runs, records, fewshot=grid.fewshot is not None)]
