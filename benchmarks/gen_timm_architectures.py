@@ -206,9 +206,13 @@ def main(argv: List[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments {argv[1:]}')
   entries = table()
+  text = table_text(entries, describe_defaults())
   out = flags.FLAGS.out
-  with open(out, 'w', encoding='utf-8') as f:
-    f.write(table_text(entries, describe_defaults()))
+  # Whole or not at all: the package reads this file at import, so a half-written one (a
+  # failure or an interrupt mid-write) would break every hub load until regenerated.
+  with open(out + '.partial', 'w', encoding='utf-8') as f:
+    f.write(text)
+  os.replace(out + '.partial', out)
   print(f'{len(entries)} architectures -> {out}')
 
 
