@@ -3,7 +3,8 @@ r"""End to end on one GPU: `python -m vit_jax.main` training ViT-B/16 from a fol
   python benchmarks/gpu_e2e.py --out=gpu_e2e_out               # an H100 or H200: < 8 minutes
   python benchmarks/gpu_e2e.py --tiny --out=/tmp/gpu_e2e_tiny  # the same stages on CPU, small
 
-Four stages, one call:
+Four stages, one call (stage 1's JPEGs are benchmarks/e2e_jpegs.py; the step-only worker
+processes of stages 3 and 4 are benchmarks/e2e_workers.py):
 1. JPEGs: `--images` train files (+ 10 per class in test/) at 500x375, `--classes` folders, a
    few random textures per class, written in parallel under `--scratch` (reused when there).
 2. End to end: `python -m vit_jax.main --config=configs/vit.py:b16,<folder>` from scratch at
@@ -32,9 +33,7 @@ process, e.g. `--xla_gpu_enable_latency_hiding_scheduler=true`).
 """
 
 import dataclasses
-import functools
 import json
-import multiprocessing
 import os
 import re
 import shlex
@@ -47,8 +46,10 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 from absl import flags
 
+import e2e_jpegs  # Siblings in benchmarks/: the script's directory is on sys.path.
+import e2e_workers
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_MARK = '@@e2e '
 # The two presets; a flag given on the command line wins over its preset's value.
 PRESETS = {
     'full': dict(model='b16', images=20_000, classes=100, jpeg_size=(500, 375), crop=224,
@@ -59,11 +60,10 @@ PRESETS = {
                  block_steps=2, profile_steps=1),
 }
 TEST_PER_CLASS = {'full': 10, 'tiny': 2}
-TEXTURES_PER_CLASS = 3
 
 def define_flags(fv: flags.FlagValues) -> None:
   """Defines this script's flags on `fv` (its own FlagValues: the tools' --model, --out and
-  --image live in absl's global ones, and the workers import `vit_jax.tools.flops`)."""
+  --image live in absl's global ones, and a process may import both)."""
   d = dict(flag_values=fv)
   flags.DEFINE_bool('tiny', False, 'CPU-sized preset (testing model, 32 px, a few steps).', **d)
   flags.DEFINE_string('out', 'gpu_e2e_out', 'Folder for gpu_e2e.json, logs and the trace.', **d)
@@ -89,8 +89,6 @@ def define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_integer('rounds', None, 'Step-only A/B rounds (preset: 5).', **d)
   flags.DEFINE_integer('block_steps', None, 'Step-only steps per timed block (preset: 10).', **d)
   flags.DEFINE_integer('profile_steps', None, 'Steps in the profile trace (0: none).', **d)
-  flags.DEFINE_string('worker', None, 'Internal: run as the jax or timm worker.', **d)
-  flags.DEFINE_string('spec', None, 'Internal: the worker\'s settings (JSON).', **d)
 
 
 @dataclasses.dataclass
@@ -141,72 +139,6 @@ def settings_from_flags(fv: flags.FlagValues) -> Settings:
   if settings.profile_steps < 0:
     raise ValueError(f'--profile_steps={settings.profile_steps} must be 0 (no trace) or more.')
   return settings
-
-
-def _texture(cls: int, index: int, size: Sequence[int]) -> np.ndarray:
-  """A smooth random pattern, 20% larger than `size`, tinted by the class (uint8 HxWx3)."""
-  from PIL import Image  # noqa: PLC0415
-  rng = np.random.default_rng([cls, index])
-  width, height = (int(s * 1.2) for s in size)
-  coarse = rng.uniform(0, 255, (max(height // 24, 2), max(width // 24, 2), 3))
-  coarse = 0.6 * coarse + 0.4 * np.random.default_rng(cls).uniform(0, 255, 3)
-  big = Image.fromarray(coarse.astype(np.uint8)).resize((width, height), Image.BICUBIC)
-  return np.asarray(big)
-
-
-@functools.lru_cache(maxsize=None)
-def _cached_texture(cls: int, index: int, size: tuple) -> np.ndarray:
-  return _texture(cls, index, size)
-
-
-def _write_jpeg(job: tuple) -> None:
-  """One JPEG: a random window of one of its class's textures, maybe flipped, plus noise."""
-  from PIL import Image  # noqa: PLC0415
-  path, cls, seed, size = job
-  rng = np.random.default_rng(seed)
-  texture = _cached_texture(cls, int(rng.integers(TEXTURES_PER_CLASS)), size)
-  top = int(rng.integers(texture.shape[0] - size[1] + 1))
-  left = int(rng.integers(texture.shape[1] - size[0] + 1))
-  image = texture[top:top + size[1], left:left + size[0]].astype(np.int16)
-  image = image + rng.integers(-10, 11, image.shape, dtype=np.int16)
-  if rng.integers(2):
-    image = image[:, ::-1]
-  Image.fromarray(np.clip(image, 0, 255).astype(np.uint8)).save(path, quality=90)
-
-
-def jpeg_jobs(root: str, settings: Settings) -> List[tuple]:
-  """(path, class, seed, size) of every JPEG: train/ round-robin over classes, then test/."""
-  size = tuple(settings.jpeg_size)
-  tests = TEST_PER_CLASS[settings.preset] * settings.classes
-  jobs = []
-  for split, count, offset in (('train', settings.images, 0), ('test', tests, settings.images)):
-    for i in range(count):
-      cls = i % settings.classes
-      path = os.path.join(root, split, f'class{cls:04d}', f'{i:06d}.jpg')
-      jobs.append((path, cls, offset + i, size))
-  return jobs
-
-
-def write_jpegs(settings: Settings) -> str:
-  """The JPEG folder of these settings, written in parallel unless a complete one is there.
-
-  Written into a temporary folder renamed when complete, so an interrupted run leaves no half
-  folder that a later run would take for a whole one.
-  """
-  w, h = settings.jpeg_size
-  root = os.path.join(settings.scratch, f'jpegs_{w}x{h}_{settings.images}_{settings.classes}')
-  if os.path.isdir(root):
-    return root
-  os.makedirs(settings.scratch, exist_ok=True)
-  partial = tempfile.mkdtemp(prefix='partial_', dir=settings.scratch)
-  jobs = [(os.path.join(partial, os.path.relpath(p, root)), *rest)
-          for p, *rest in jpeg_jobs(root, settings)]
-  for folder in sorted({os.path.dirname(j[0]) for j in jobs}):
-    os.makedirs(folder)
-  with multiprocessing.get_context('fork').Pool(os.cpu_count()) as pool:
-    pool.map(_write_jpeg, jobs, chunksize=64)
-  os.rename(partial, root)
-  return root
 
 
 def config_overrides(settings: Settings) -> Dict[str, Any]:
@@ -304,39 +236,6 @@ def train_step_compile_s(log_text: str) -> Optional[float]:
   return sum(times) if times else None
 
 
-class Worker:
-  """A step-only worker process (this script with --worker) speaking `_MARK` JSON lines."""
-
-  def __init__(self, kind: str, settings: Settings, spec: Dict[str, Any]):
-    self.kind = kind
-    env = jax_env(settings, XLA_PYTHON_CLIENT_PREALLOCATE='false')  # It shares the device.
-    self.proc = subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), f'--worker={kind}',
-         f'--spec={json.dumps(spec)}'], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        text=True, env=env, cwd=ROOT)
-    self.blocks: List[float] = []
-
-  def read(self) -> Dict[str, Any]:
-    for line in self.proc.stdout:
-      if line.startswith(_MARK):
-        return json.loads(line[len(_MARK):])
-    raise RuntimeError(f'the {self.kind} worker exited with {self.proc.wait()}; its error is '
-                       'printed above.')
-
-  def ask(self, command: str) -> Dict[str, Any]:
-    self.proc.stdin.write(command + '\n')
-    self.proc.stdin.flush()
-    return self.read()
-
-  def block(self, steps: int) -> None:
-    self.blocks.append(self.ask(f'block {steps}')['seconds'])
-
-  def finish(self) -> Dict[str, Any]:
-    result = self.ask('done')
-    self.proc.wait()
-    return result
-
-
 def worker_spec(settings: Settings, folder: str) -> Dict[str, Any]:
   """What both workers build: the e2e run's config (jax) and its dimensions (timm)."""
   from vit_jax import config_lib  # noqa: PLC0415  # Configs load without jax.
@@ -359,7 +258,9 @@ def run_step_only(settings: Settings, folder: str) -> Dict[str, Any]:
   jax figures are kept: the run is meant to be made once, on a lent machine.
   """
   spec = worker_spec(settings, folder)
-  started = [Worker(k, settings, spec) for k in ['jax'] + (['timm'] if settings.timm else [])]
+  env = jax_env(settings, XLA_PYTHON_CLIENT_PREALLOCATE='false')  # They share the device.
+  started = [e2e_workers.Worker(k, env, spec)
+             for k in ['jax'] + (['timm'] if settings.timm else [])]
   ready, errors = {}, {}
   for w in started:
     try:
@@ -382,132 +283,6 @@ def run_step_only(settings: Settings, folder: str) -> Dict[str, Any]:
                           median, block_s=w.blocks)
   result['jax'].update(trace)
   return {'workers': result, 'errors': errors}
-
-
-def apply_overrides(config: Any, overrides: Dict[str, Any]) -> Any:
-  """`config` with each dotted field of `overrides` set (as `--config.a.b=v` would)."""
-  for dotted, value in overrides.items():
-    *parents, name = dotted.split('.')
-    node = config
-    for part in parents:
-      node = node[part]
-    node[name] = value
-  return config
-
-
-def _emit(**kwargs: Any) -> None:
-  print(_MARK + json.dumps(kwargs), flush=True)
-
-
-def _serve(step, sync, peak_mb, profile=None) -> None:
-  """Answers the parent's commands: 'block N' (timed steps), 'profile N', 'done'."""
-  for line in sys.stdin:
-    command, *args = line.split()
-    if command == 'block':
-      start = time.perf_counter()
-      for _ in range(int(args[0])):
-        step()
-      sync()
-      _emit(seconds=time.perf_counter() - start)
-    elif command == 'profile':
-      _emit(**profile(int(args[0])))
-    else:
-      _emit(peak_memory_mb=peak_mb())
-      return
-
-
-def _files_under(folder: str) -> List[str]:
-  return [os.path.join(d, f) for d, _, files in os.walk(folder) for f in files]
-
-
-def jax_worker(spec: Dict[str, Any]) -> None:
-  """The end-to-end run's own jitted train step on one synthetic batch on the device."""
-  import jax  # noqa: PLC0415
-  from vit_jax import config_lib, train  # noqa: PLC0415
-  from vit_jax.tools import flops  # noqa: PLC0415
-  from vit_jax.training import parallel, state as state_lib  # noqa: PLC0415
-  path, arg = spec['config'].split(':', 1)
-  config = apply_overrides(config_lib.load_config_module(path).get_config(arg),
-                           spec['overrides'])
-  trainer = state_lib.build_trainer(config, needs_pretrained=False)
-  state = {'now': state_lib.init_state(trainer)}
-  step_fn = train.make_train_step(trainer.model, trainer.tx, config, trainer.mesh,
-                                  state_lib.state_shardings(trainer))
-  rng = np.random.default_rng(0)
-  b, crop, classes = spec['batch'], spec['crop'], trainer.info.num_classes
-  batch = parallel.put_batch({
-      'image': rng.uniform(-1, 1, (b, crop, crop, 3)).astype(np.float32),
-      'label': np.eye(classes, dtype=np.float32)[np.arange(b) % classes]}, trainer.mesh)
-
-  def step():
-    state['now'], _ = step_fn(state['now'], batch)
-
-  def sync():
-    jax.block_until_ready(state['now'])
-
-  def profile(steps: int) -> Dict[str, Any]:
-    """The trace's files; a profiler that cannot start (no CUPTI) is reported, not fatal."""
-    before = set(_files_under(spec['profile_dir']))
-    try:
-      with jax.profiler.trace(spec['profile_dir']):
-        for _ in range(steps):
-          step()
-        sync()
-    except Exception as e:  # noqa: BLE001  # The timings are taken: keep them.
-      return {'trace': [], 'trace_error': f'{type(e).__name__}: {e}'}
-    return {'trace': sorted(set(_files_under(spec['profile_dir'])) - before)}
-
-  def peak_mb():
-    stats = jax.local_devices()[0].memory_stats()
-    return stats['peak_bytes_in_use'] / 2**20 if stats and 'peak_bytes_in_use' in stats else None
-  start = time.perf_counter()
-  step()
-  sync()
-  device = jax.devices()[0]
-  _emit(first_step_s=time.perf_counter() - start, devices=jax.device_count(),
-        device=device.device_kind,  # 'cpu', or e.g. 'NVIDIA H100 80GB HBM3'.
-        train_flops_per_image=3. * flops.count_flops(config.model, crop, classes)['total'])
-  _serve(step, sync, peak_mb, profile)
-
-
-def timm_worker(spec: Dict[str, Any]) -> None:
-  """timm's VisionTransformer with the same dimensions, batch and optimiser (torch only)."""
-  import contextlib  # noqa: PLC0415
-  import torch  # noqa: PLC0415
-  from timm.models.vision_transformer import VisionTransformer  # noqa: PLC0415
-  device = 'cuda' if torch.cuda.is_available() else 'cpu'
-  c, b, crop = spec['timm'], spec['batch'], spec['crop']
-  model = VisionTransformer(
-      img_size=crop, patch_size=c['patch'], embed_dim=c['hidden'], depth=c['layers'],
-      num_heads=c['heads'], mlp_ratio=c['mlp'] / c['hidden'], num_classes=spec['classes'],
-      act_layer='gelu_tanh', proj_drop_rate=c['dropout'], pos_drop_rate=c['dropout'])
-  model = model.to(device, memory_format=torch.channels_last).train()
-  forward = torch.compile(model) if spec['torch_compile'] else model
-  x = (torch.rand(b, 3, crop, crop, device=device) * 2 - 1).to(
-      memory_format=torch.channels_last)
-  y = torch.arange(b, device=device) % spec['classes']
-  opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-  mixed = (lambda: torch.autocast(device, dtype=torch.bfloat16)) if (
-      spec['dtype'] == 'bfloat16') else contextlib.nullcontext
-
-  def step():
-    with mixed():
-      loss = torch.nn.functional.cross_entropy(forward(x), y)
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-
-  def sync():
-    if device == 'cuda':
-      torch.cuda.synchronize()
-  start = time.perf_counter()
-  step()
-  sync()
-  _emit(first_step_s=time.perf_counter() - start, torch=torch.__version__,
-        device='cpu' if device == 'cpu' else f'cuda:{torch.cuda.get_device_name()}')
-  _serve(step, sync, lambda: (torch.cuda.max_memory_allocated() / 2**20
-                              if device == 'cuda' else None))
 
 
 def summarize(settings: Settings, e2e: Dict[str, Any], step_only: Dict[str, Any],
@@ -570,7 +345,8 @@ def run_benchmark(settings: Settings) -> Dict[str, Any]:
   """The four stages; writes gpu_e2e.json and returns its contents."""
   os.makedirs(settings.out, exist_ok=True)
   stage_s, start = {}, time.perf_counter()
-  folder = write_jpegs(settings)
+  folder = e2e_jpegs.write_jpegs(settings.scratch, settings.images, settings.classes,
+                                  TEST_PER_CLASS[settings.preset], settings.jpeg_size)
   stage_s['jpegs'] = time.perf_counter() - start
   print(f'JPEGs in {folder} ({stage_s["jpegs"]:.0f} s); training end to end...', flush=True)
   e2e = run_e2e(settings, folder)
@@ -597,9 +373,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     extra = fv(argv)[1:]
     if extra:
       raise ValueError(f'unexpected arguments {extra}; see --help.')
-    if fv.worker:
-      {'jax': jax_worker, 'timm': timm_worker}[fv.worker](json.loads(fv.spec))
-      return 0
     settings = settings_from_flags(fv)
   except (flags.Error, ValueError) as e:
     print(f'gpu_e2e: error: {e}', file=sys.stderr)

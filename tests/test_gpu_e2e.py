@@ -19,7 +19,8 @@ from vit_jax.training import progress as progress_lib
 
 BENCHMARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'benchmarks')
 sys.path.insert(0, BENCHMARKS)
-import gpu_e2e  # noqa: E402  # A script in benchmarks/, not part of the package.
+import e2e_workers  # noqa: E402  # Scripts in benchmarks/, not part of the package.
+import gpu_e2e  # noqa: E402
 
 
 @pytest.fixture(scope='module')
@@ -170,8 +171,8 @@ def test_prefetch_depth_does_not_change_training(tmp_path):
 class _FakeWorker:
   """A step-only worker whose timm side fails to start (as torch.compile or an OOM would)."""
 
-  def __init__(self, kind, settings, spec):
-    del settings, spec
+  def __init__(self, kind, env, spec):
+    del env, spec
     self.kind, self.blocks = kind, []
 
   def read(self):
@@ -191,10 +192,17 @@ class _FakeWorker:
 
 
 def test_a_failed_timm_worker_keeps_the_jax_figures():
-  settings = mock.Mock(timm=True, rounds=2, block_steps=3, batch=4, profile_steps=1)
-  with mock.patch.object(gpu_e2e, 'Worker', _FakeWorker), \
+  settings = mock.Mock(timm=True, rounds=2, block_steps=3, batch=4, profile_steps=1,
+                       xla_flags='')
+  with mock.patch.object(e2e_workers, 'Worker', _FakeWorker), \
       mock.patch.object(gpu_e2e, 'worker_spec', return_value={}):
     result = gpu_e2e.run_step_only(settings, 'folder')
   assert result['errors'] == {'timm': 'the timm worker exited with 1'}
   assert result['workers']['jax']['img_s'] == pytest.approx(4 * 3 / 0.5)
   assert result['workers']['jax']['trace'] == ['t.pb'] and 'timm' not in result['workers']
+
+
+def test_a_worker_started_by_hand_says_how_it_is_started(capsys):
+  assert e2e_workers.main(['e2e_workers.py', 'torch']) == 1
+  err = capsys.readouterr().err
+  assert 'started by benchmarks/gpu_e2e.py' in err and len(err.strip().splitlines()) == 1

@@ -1,0 +1,197 @@
+"""Stage 3 of benchmarks/gpu_e2e.py: the step-only workers, one process per framework.
+
+The parent (`Worker`) starts `python benchmarks/e2e_workers.py KIND SPEC_JSON` for `jax` (the
+end-to-end run's own jitted train step, `train.make_train_step`) and `timm` (its
+VisionTransformer at the same dimensions); each builds its model, runs one step (the compile)
+and then answers commands on stdin, one JSON line each on stdout after `_MARK`: `block N`
+times N steps, `profile N` traces N steps with `jax.profiler` (jax only), `done` reports peak
+device memory and exits. Separate processes keep the two frameworks' allocators, threads and
+compile caches apart while they take turns on one device.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_MARK = '@@e2e '
+WORKERS = ('jax', 'timm')
+
+
+class Worker:
+  """A worker process (this script, `kind` and `spec` its arguments) speaking `_MARK` lines.
+
+  `env` is the process's environment: the benchmark's XLA_FLAGS, and the repo importable.
+  """
+
+  def __init__(self, kind: str, env: Dict[str, str], spec: Dict[str, Any]):
+    self.kind = kind
+    self.proc = subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), kind, json.dumps(spec)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    self.blocks: List[float] = []
+
+  def read(self) -> Dict[str, Any]:
+    for line in self.proc.stdout:
+      if line.startswith(_MARK):
+        return json.loads(line[len(_MARK):])
+    raise RuntimeError(f'the {self.kind} worker exited with {self.proc.wait()}; its error is '
+                       'printed above.')
+
+  def ask(self, command: str) -> Dict[str, Any]:
+    self.proc.stdin.write(command + '\n')
+    self.proc.stdin.flush()
+    return self.read()
+
+  def block(self, steps: int) -> None:
+    self.blocks.append(self.ask(f'block {steps}')['seconds'])
+
+  def finish(self) -> Dict[str, Any]:
+    result = self.ask('done')
+    self.proc.wait()
+    return result
+
+
+def apply_overrides(config: Any, overrides: Dict[str, Any]) -> Any:
+  """`config` with each dotted field of `overrides` set (as `--config.a.b=v` would)."""
+  for dotted, value in overrides.items():
+    *parents, name = dotted.split('.')
+    node = config
+    for part in parents:
+      node = node[part]
+    node[name] = value
+  return config
+
+
+def _emit(**kwargs: Any) -> None:
+  print(_MARK + json.dumps(kwargs), flush=True)
+
+
+def _serve(step, sync, peak_mb, profile=None) -> None:
+  """Answers the parent's commands: 'block N' (timed steps), 'profile N', 'done'."""
+  for line in sys.stdin:
+    command, *args = line.split()
+    if command == 'block':
+      start = time.perf_counter()
+      for _ in range(int(args[0])):
+        step()
+      sync()
+      _emit(seconds=time.perf_counter() - start)
+    elif command == 'profile':
+      _emit(**profile(int(args[0])))
+    else:
+      _emit(peak_memory_mb=peak_mb())
+      return
+
+
+def _files_under(folder: str) -> List[str]:
+  return [os.path.join(d, f) for d, _, files in os.walk(folder) for f in files]
+
+
+def jax_worker(spec: Dict[str, Any]) -> None:
+  """The end-to-end run's own jitted train step on one synthetic batch on the device."""
+  import jax  # noqa: PLC0415
+  from vit_jax import config_lib, train  # noqa: PLC0415
+  from vit_jax.tools import flops  # noqa: PLC0415
+  from vit_jax.training import parallel, state as state_lib  # noqa: PLC0415
+  path, arg = spec['config'].split(':', 1)
+  config = apply_overrides(config_lib.load_config_module(path).get_config(arg),
+                           spec['overrides'])
+  trainer = state_lib.build_trainer(config, needs_pretrained=False)
+  state = {'now': state_lib.init_state(trainer)}
+  step_fn = train.make_train_step(trainer.model, trainer.tx, config, trainer.mesh,
+                                  state_lib.state_shardings(trainer))
+  rng = np.random.default_rng(0)
+  b, crop, classes = spec['batch'], spec['crop'], trainer.info.num_classes
+  batch = parallel.put_batch({
+      'image': rng.uniform(-1, 1, (b, crop, crop, 3)).astype(np.float32),
+      'label': np.eye(classes, dtype=np.float32)[np.arange(b) % classes]}, trainer.mesh)
+
+  def step():
+    state['now'], _ = step_fn(state['now'], batch)
+
+  def sync():
+    jax.block_until_ready(state['now'])
+
+  def profile(steps: int) -> Dict[str, Any]:
+    """The trace's files; a profiler that cannot start (no CUPTI) is reported, not fatal."""
+    before = set(_files_under(spec['profile_dir']))
+    try:
+      with jax.profiler.trace(spec['profile_dir']):
+        for _ in range(steps):
+          step()
+        sync()
+    except Exception as e:  # noqa: BLE001  # The timings are taken: keep them.
+      return {'trace': [], 'trace_error': f'{type(e).__name__}: {e}'}
+    return {'trace': sorted(set(_files_under(spec['profile_dir'])) - before)}
+
+  def peak_mb():
+    stats = jax.local_devices()[0].memory_stats()
+    return stats['peak_bytes_in_use'] / 2**20 if stats and 'peak_bytes_in_use' in stats else None
+  start = time.perf_counter()
+  step()
+  sync()
+  device = jax.devices()[0]
+  _emit(first_step_s=time.perf_counter() - start, devices=jax.device_count(),
+        device=device.device_kind,  # 'cpu', or e.g. 'NVIDIA H100 80GB HBM3'.
+        train_flops_per_image=3. * flops.count_flops(config.model, crop, classes)['total'])
+  _serve(step, sync, peak_mb, profile)
+
+
+def timm_worker(spec: Dict[str, Any]) -> None:
+  """timm's VisionTransformer with the same dimensions, batch and optimiser (torch only)."""
+  import contextlib  # noqa: PLC0415
+  import torch  # noqa: PLC0415
+  from timm.models.vision_transformer import VisionTransformer  # noqa: PLC0415
+  device = 'cuda' if torch.cuda.is_available() else 'cpu'
+  c, b, crop = spec['timm'], spec['batch'], spec['crop']
+  model = VisionTransformer(
+      img_size=crop, patch_size=c['patch'], embed_dim=c['hidden'], depth=c['layers'],
+      num_heads=c['heads'], mlp_ratio=c['mlp'] / c['hidden'], num_classes=spec['classes'],
+      act_layer='gelu_tanh', proj_drop_rate=c['dropout'], pos_drop_rate=c['dropout'])
+  model = model.to(device, memory_format=torch.channels_last).train()
+  forward = torch.compile(model) if spec['torch_compile'] else model
+  x = (torch.rand(b, 3, crop, crop, device=device) * 2 - 1).to(
+      memory_format=torch.channels_last)
+  y = torch.arange(b, device=device) % spec['classes']
+  opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+  mixed = (lambda: torch.autocast(device, dtype=torch.bfloat16)) if (
+      spec['dtype'] == 'bfloat16') else contextlib.nullcontext
+
+  def step():
+    with mixed():
+      loss = torch.nn.functional.cross_entropy(forward(x), y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+
+  def sync():
+    if device == 'cuda':
+      torch.cuda.synchronize()
+  start = time.perf_counter()
+  step()
+  sync()
+  _emit(first_step_s=time.perf_counter() - start, torch=torch.__version__,
+        device='cpu' if device == 'cpu' else f'cuda:{torch.cuda.get_device_name()}')
+  _serve(step, sync, lambda: (torch.cuda.max_memory_allocated() / 2**20
+                              if device == 'cuda' else None))
+
+
+def main(argv: List[str]) -> int:
+  """`e2e_workers.py KIND SPEC_JSON`: serves as that worker until the parent says `done`."""
+  if len(argv) != 3 or argv[1] not in WORKERS:
+    print(f'e2e_workers: error: use e2e_workers.py {{{"|".join(WORKERS)}}} SPEC_JSON (started '
+          'by benchmarks/gpu_e2e.py, not by hand).', file=sys.stderr)
+    return 1
+  {'jax': jax_worker, 'timm': timm_worker}[argv[1]](json.loads(argv[2]))
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main(sys.argv))
