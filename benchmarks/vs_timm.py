@@ -26,7 +26,6 @@ Nothing here imports TensorFlow (timm would crash after it in the same process).
 
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -34,7 +33,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from absl import flags
 
-import hugepages  # benchmarks/hugepages.py, beside this script.
+import device_stats  # benchmarks/device_stats.py and hugepages.py, beside this script.
+import hugepages
 
 _MARK = '@@bench '
 
@@ -70,81 +70,6 @@ def define_flags(fv: flags.FlagValues) -> None:
 
 def _emit(**kwargs: Any) -> None:
   print(_MARK + json.dumps(kwargs), flush=True)
-
-
-def peak_rss_mb() -> float:
-  """High-water mark of this process's resident memory (Linux reports KiB)."""
-  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def jax_peak_mb() -> float:
-  """Peak device allocation on an accelerator, else the process's peak RSS."""
-  import jax
-  device = jax.local_devices()[0]
-  stats = device.memory_stats() if device.platform != 'cpu' else None
-  if stats and 'peak_bytes_in_use' in stats:
-    return stats['peak_bytes_in_use'] / 2**20
-  return peak_rss_mb()
-
-
-def jax_device() -> str:
-  import jax
-  device = jax.local_devices()[0]
-  return 'cpu' if device.platform == 'cpu' else f'{device.platform}:{device.device_kind}'
-
-
-def cores() -> int:
-  return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
-
-
-def _timed(fn) -> Tuple[float, int]:
-  """Seconds and minor page faults of one call."""
-  faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-  start = time.perf_counter()
-  fn()
-  return time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
-
-
-def _matmul_peak(product: Callable[[], Any], n: int, calls: int) -> float:
-  """fp32 GFLOP/s of the best of `calls` runs of `product` (an n×n matrix product)."""
-  product()  # Warm-up (compiles in JAX).
-  return 2 * n**3 / min(_timed(product)[0] for _ in range(calls)) / 1e9
-
-
-def jax_matmul_peak(n: int = 2048, calls: int = 3, dtype: str = 'float32') -> float:
-  """GFLOP/s of jitted n×n products in `dtype` on JAX's default device."""
-  import jax
-  import jax.numpy as jnp
-  if jax.default_backend() != 'cpu':
-    n, calls = 8192, 10  # Enough work per call to hide launch overhead.
-  a = jax.random.normal(jax.random.key(0), (n, n), jnp.dtype(dtype))
-  dot = jax.jit(jnp.dot)
-  return _matmul_peak(lambda: dot(a, a).block_until_ready(), n, calls)
-
-
-def torch_device() -> str:
-  import torch
-  return 'cuda' if torch.cuda.is_available() else 'cpu'
-
-
-def torch_sync() -> None:
-  import torch
-  if torch.cuda.is_available():
-    torch.cuda.synchronize()
-
-
-def torch_matmul_peak(n: int = 2048, calls: int = 3, dtype: str = 'float32') -> float:
-  """GFLOP/s of torch n×n products in `dtype` on the device timm runs on."""
-  import torch
-  device = torch_device()
-  if device != 'cpu':
-    n, calls = 8192, 10
-  a = torch.randn(n, n, device=device, dtype=getattr(torch, dtype))
-
-  def product():
-    a @ a
-    torch_sync()
-  return _matmul_peak(product, n, calls)
 
 
 def fast_params(model: Any, image: int) -> Any:
@@ -224,11 +149,11 @@ def jax_worker(fv: flags.FlagValues, kind: str, mode: str) -> None:
   for _ in range(fv.warmup):
     run()
   dtype = 'float32' if kind == 'plain' else fv.dtype
-  probe = lambda: jax_matmul_peak(dtype=dtype)  # noqa: E731
+  probe = lambda: device_stats.jax_matmul_peak(dtype=dtype)  # noqa: E731
   # On an accelerator the probe's 8192² operands would count in the peak memory: probe at the end.
   peak = probe() if jax.default_backend() == 'cpu' else 0.
-  _emit(ready=True, compile_s=compile_s, device=jax_device())
-  _serve(run, peak, probe, jax_peak_mb)
+  _emit(ready=True, compile_s=compile_s, device=device_stats.jax_device())
+  _serve(run, peak, probe, device_stats.jax_peak_mb)
 
 
 def timm_worker(fv: flags.FlagValues, mode: str) -> None:
@@ -236,8 +161,8 @@ def timm_worker(fv: flags.FlagValues, mode: str) -> None:
   import contextlib
   import torch
   from timm.models.vision_transformer import VisionTransformer
-  torch.set_num_threads(cores())
-  device = torch_device()
+  torch.set_num_threads(device_stats.cores())
+  device = device_stats.torch_device()
   if device == 'cuda':  # JAX's default fp32 matmul/conv precision on GPU is TF32: match it.
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
@@ -256,7 +181,7 @@ def timm_worker(fv: flags.FlagValues, mode: str) -> None:
     if mode == 'infer':
       with torch.inference_mode(), mixed():
         model(x)
-      torch_sync()
+      device_stats.torch_sync()
       return
     with mixed():
       loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -264,25 +189,25 @@ def timm_worker(fv: flags.FlagValues, mode: str) -> None:
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
-    torch_sync()
+    device_stats.torch_sync()
   model.train(mode == 'train')
   start = time.perf_counter()
   run()  # Eager: the first step stands in for "compile".
   compile_s = time.perf_counter() - start
   for _ in range(fv.warmup - 1):
     run()
-  probe = lambda: torch_matmul_peak(dtype=fv.dtype)  # noqa: E731
+  probe = lambda: device_stats.torch_matmul_peak(dtype=fv.dtype)  # noqa: E731
   peak = probe() if device == 'cpu' else 0.  # As in jax_worker.
   _emit(ready=True, compile_s=compile_s,
         device='cpu' if device == 'cpu' else f'cuda:{torch.cuda.get_device_name()}')
   _serve(run, peak, probe, lambda: (torch.cuda.max_memory_allocated() / 2**20
-                                    if device == 'cuda' else peak_rss_mb()))
+                                    if device == 'cuda' else device_stats.peak_rss_mb()))
 
 
 def _serve(run, peak: float, probe: Callable[[], float], peak_mb: Callable[[], float]) -> None:
   for line in sys.stdin:
     if line.strip() == 'step':
-      step_s, faults = _timed(run)
+      step_s, faults = device_stats.timed(run)
       _emit(step_s=step_s, faults=faults)
     else:
       break
@@ -391,7 +316,7 @@ def run_mode(fv: flags.FlagValues, mode: str, argv: Sequence[str]) -> str:
     w.finish()
   gflop = flops.count_flops(models.get_config(fv.model), fv.image, fv.num_classes)['total'] / 1e9
   step_gflop = gflop * fv.batch * (3 if mode == 'train' else 1)
-  n = cores()
+  n = device_stats.cores()
   lines = [f'{fv.model} {fv.image}px batch {fv.batch} mode={mode}: {gflop:.4f} GFLOP/image '
            f'forward (analytic{", ×3 per train step" if mode == "train" else ""}), {n} cores, '
            f'XLA_FLAGS={os.environ.get("XLA_FLAGS", "")!r}',
