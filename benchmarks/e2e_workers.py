@@ -3,7 +3,7 @@
 The parent (`Worker`) starts `python benchmarks/e2e_workers.py KIND SPEC_JSON` for `jax` (the
 end-to-end run's own jitted train step, `train.make_train_step`) and `timm` (its
 VisionTransformer at the same dimensions); each builds its model, runs one step (the compile)
-and then answers commands on stdin, one JSON line each on stdout after `_MARK`: `block N`
+and then answers commands on stdin, one JSON line each (`worker_pipe`): `block N`
 times N steps, `profile N` traces N steps with `jax.profiler` (jax only), `done` reports peak
 device memory and exits. Separate processes keep the two frameworks' allocators, threads and
 compile caches apart while they take turns on one device.
@@ -11,50 +11,34 @@ compile caches apart while they take turns on one device.
 
 import json
 import os
-import subprocess
 import sys
 import time
 from typing import Any, Dict, List
 
 import numpy as np
 
+import worker_pipe  # benchmarks/worker_pipe.py, beside this script.
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_MARK = '@@e2e '
 WORKERS = ('jax', 'timm')
 
 
-class Worker:
-  """A worker process (this script, `kind` and `spec` its arguments) speaking `_MARK` lines.
+class Worker(worker_pipe.Pipe):
+  """A worker process (this script, `kind` and `spec` its arguments), timing blocks of steps.
 
   `env` is the process's environment: the benchmark's XLA_FLAGS, and the repo importable.
   """
 
   def __init__(self, kind: str, env: Dict[str, str], spec: Dict[str, Any]):
-    self.kind = kind
-    self.proc = subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), kind, json.dumps(spec)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    super().__init__(kind, [sys.executable, os.path.abspath(__file__), kind, json.dumps(spec)],
+                     env, cwd=ROOT)
     self.blocks: List[float] = []
-
-  def read(self) -> Dict[str, Any]:
-    for line in self.proc.stdout:
-      if line.startswith(_MARK):
-        return json.loads(line[len(_MARK):])
-    raise RuntimeError(f'the {self.kind} worker exited with {self.proc.wait()}; its error is '
-                       'printed above.')
-
-  def ask(self, command: str) -> Dict[str, Any]:
-    self.proc.stdin.write(command + '\n')
-    self.proc.stdin.flush()
-    return self.read()
 
   def block(self, steps: int) -> None:
     self.blocks.append(self.ask(f'block {steps}')['seconds'])
 
   def finish(self) -> Dict[str, Any]:
-    result = self.ask('done')
-    self.proc.wait()
-    return result
+    return self.close('done')
 
 
 def apply_overrides(config: Any, overrides: Dict[str, Any]) -> Any:
@@ -68,10 +52,6 @@ def apply_overrides(config: Any, overrides: Dict[str, Any]) -> Any:
   return config
 
 
-def _emit(**kwargs: Any) -> None:
-  print(_MARK + json.dumps(kwargs), flush=True)
-
-
 def _serve(step, sync, peak_mb, profile=None) -> None:
   """Answers the parent's commands: 'block N' (timed steps), 'profile N', 'done'."""
   for line in sys.stdin:
@@ -81,11 +61,11 @@ def _serve(step, sync, peak_mb, profile=None) -> None:
       for _ in range(int(args[0])):
         step()
       sync()
-      _emit(seconds=time.perf_counter() - start)
+      worker_pipe.emit(seconds=time.perf_counter() - start)
     elif command == 'profile':
-      _emit(**profile(int(args[0])))
+      worker_pipe.emit(**profile(int(args[0])))
     else:
-      _emit(peak_memory_mb=peak_mb())
+      worker_pipe.emit(peak_memory_mb=peak_mb())
       return
 
 
@@ -137,7 +117,7 @@ def jax_worker(spec: Dict[str, Any]) -> None:
   step()
   sync()
   device = jax.devices()[0]
-  _emit(first_step_s=time.perf_counter() - start, devices=jax.device_count(),
+  worker_pipe.emit(first_step_s=time.perf_counter() - start, devices=jax.device_count(),
         device=device.device_kind,  # 'cpu', or e.g. 'NVIDIA H100 80GB HBM3'.
         train_flops_per_image=3. * flops.count_flops(config.model, crop, classes)['total'])
   _serve(step, sync, peak_mb, profile)
@@ -177,7 +157,7 @@ def timm_worker(spec: Dict[str, Any]) -> None:
   start = time.perf_counter()
   step()
   sync()
-  _emit(first_step_s=time.perf_counter() - start, torch=torch.__version__,
+  worker_pipe.emit(first_step_s=time.perf_counter() - start, torch=torch.__version__,
         device='cpu' if device == 'cpu' else f'cuda:{torch.cuda.get_device_name()}')
   _serve(step, sync, lambda: (torch.cuda.max_memory_allocated() / 2**20
                               if device == 'cuda' else None))

@@ -33,10 +33,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from absl import flags
 
-import device_stats  # benchmarks/device_stats.py and hugepages.py, beside this script.
+import device_stats  # device_stats.py, hugepages.py, worker_pipe.py: beside this script.
 import hugepages
-
-_MARK = '@@bench '
+import worker_pipe
 
 
 def define_flags(fv: flags.FlagValues) -> None:
@@ -66,10 +65,6 @@ def define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_string('worker', None, 'Internal: run as a worker of this kind.', flag_values=fv)
   flags.DEFINE_string('timm_config', None, 'Internal: the timm worker\'s model dimensions.',
                       flag_values=fv)
-
-
-def _emit(**kwargs: Any) -> None:
-  print(_MARK + json.dumps(kwargs), flush=True)
 
 
 def fast_params(model: Any, image: int) -> Any:
@@ -152,7 +147,7 @@ def jax_worker(fv: flags.FlagValues, kind: str, mode: str) -> None:
   probe = lambda: device_stats.jax_matmul_peak(dtype=dtype)  # noqa: E731
   # On an accelerator the probe's 8192² operands would count in the peak memory: probe at the end.
   peak = probe() if jax.default_backend() == 'cpu' else 0.
-  _emit(ready=True, compile_s=compile_s, device=device_stats.jax_device())
+  worker_pipe.emit(ready=True, compile_s=compile_s, device=device_stats.jax_device())
   _serve(run, peak, probe, device_stats.jax_peak_mb)
 
 
@@ -198,7 +193,7 @@ def timm_worker(fv: flags.FlagValues, mode: str) -> None:
     run()
   probe = lambda: device_stats.torch_matmul_peak(dtype=fv.dtype)  # noqa: E731
   peak = probe() if device == 'cpu' else 0.  # As in jax_worker.
-  _emit(ready=True, compile_s=compile_s,
+  worker_pipe.emit(ready=True, compile_s=compile_s,
         device='cpu' if device == 'cpu' else f'cuda:{torch.cuda.get_device_name()}')
   _serve(run, peak, probe, lambda: (torch.cuda.max_memory_allocated() / 2**20
                                     if device == 'cuda' else device_stats.peak_rss_mb()))
@@ -208,11 +203,11 @@ def _serve(run, peak: float, probe: Callable[[], float], peak_mb: Callable[[], f
   for line in sys.stdin:
     if line.strip() == 'step':
       step_s, faults = device_stats.timed(run)
-      _emit(step_s=step_s, faults=faults)
+      worker_pipe.emit(step_s=step_s, faults=faults)
     else:
       break
   memory = peak_mb()  # Before the last probe: its 8192² operands are not the model's.
-  _emit(peak_mem_mb=memory, matmul_gflops=max(peak, probe()))
+  worker_pipe.emit(peak_mem_mb=memory, matmul_gflops=max(peak, probe()))
 
 
 def check_worker(fv: flags.FlagValues, mode: str) -> None:
@@ -242,45 +237,31 @@ def check_worker(fv: flags.FlagValues, mode: str) -> None:
     diff = max(jax.tree.leaves(jax.tree.map(lambda a, b: jnp.max(jnp.abs(a - b)), *grads)))
     scale = max(jax.tree.leaves(jax.tree.map(lambda b: jnp.max(jnp.abs(b)), grads[1])))
     result['grads_rel_diff'] = float(diff / scale)
-  _emit(**result)
+  worker_pipe.emit(**result)
 
 
-class Worker:
-  """A worker subprocess speaking the `_MARK` line protocol."""
+class Worker(worker_pipe.Pipe):
+  """A worker subprocess timing one step a command (`worker_pipe`)."""
 
   def __init__(self, kind: str, mode: str, argv: Sequence[str], huge: bool):
-    self.kind = kind
     cmd = [sys.executable, os.path.abspath(__file__), *argv, f'--worker={kind}',
            f'--mode={mode}']
     # Several JAX workers share one accelerator: none may grab most of its memory up front.
     env = {'XLA_PYTHON_CLIENT_PREALLOCATE': 'false', **os.environ}
     env = (hugepages.with_hugepages if huge else hugepages.without_hugepages)(env)
     self.hugepages = hugepages.active(env)
-    self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                 env=env)
+    super().__init__(kind, cmd, env)
     self.info: Dict[str, Any] = {}
     self.steps: List[float] = []
     self.faults: List[int] = []
 
-  def read(self) -> Dict[str, Any]:
-    for line in self.proc.stdout:
-      if line.startswith(_MARK):
-        return json.loads(line[len(_MARK):])
-    raise RuntimeError(f'benchmark worker {self.kind!r} exited with {self.proc.wait()}; '
-                       'its error is printed above.')
-
   def step(self) -> None:
-    self.proc.stdin.write('step\n')
-    self.proc.stdin.flush()
-    result = self.read()
+    result = self.ask('step')
     self.steps.append(result['step_s'])
     self.faults.append(result['faults'])
 
   def finish(self) -> None:
-    self.proc.stdin.write('done\n')
-    self.proc.stdin.flush()
-    self.info.update(self.read())
-    self.proc.wait()
+    self.info.update(self.close('done'))
 
 
 def variant_names(fv: flags.FlagValues) -> List[str]:
@@ -342,7 +323,7 @@ def run_mode(fv: flags.FlagValues, mode: str, argv: Sequence[str]) -> str:
   if fv.check and 'plain' in speed:
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), *argv, '--worker=check',
                            f'--mode={mode}'], stdout=subprocess.PIPE, text=True, check=True)
-    result = json.loads(proc.stdout.split(_MARK)[-1])
+    result = worker_pipe.last_answer(proc.stdout)
     lines.append('  check ours vs plain: ' + ', '.join(f'{k}={v:.2e}' for k, v in result.items()))
   return '\n'.join(lines)
 

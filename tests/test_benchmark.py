@@ -12,6 +12,7 @@ import pytest
 BENCHMARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'benchmarks')
 sys.path.insert(0, BENCHMARKS)
 import vs_timm as benchmark  # noqa: E402  # A script in benchmarks/, not part of the package.
+import worker_pipe  # noqa: E402
 from absl import flags  # noqa: E402
 
 from vit_jax import models  # noqa: E402
@@ -86,3 +87,15 @@ def test_imported_benchmarks_define_no_global_flags():
   """
   assert {m for m in flags.FLAGS.flags_by_module_dict()
           if os.path.basename(m).split('.')[0] in ('vs_timm', 'hugepages')} == set()
+
+
+def _pipe(code):
+  return worker_pipe.Pipe('demo', [sys.executable, '-c', code], os.environ)
+
+
+def test_a_worker_answers_past_other_output_and_an_early_exit_is_named():
+  echo = (f'import json, sys\nprint("a library log line", flush=True)\n'
+          f'print({worker_pipe.MARK!r} + json.dumps({{"got": sys.stdin.readline().strip()}}))')
+  assert _pipe(echo).close('hello') == {'got': 'hello'}
+  with pytest.raises(RuntimeError, match='the demo worker exited with 3'):
+    _pipe('print("no answer"); raise SystemExit(3)').read()
