@@ -63,7 +63,8 @@ TEST_PER_CLASS = {'full': 10, 'tiny': 2}
 
 def define_flags(fv: flags.FlagValues) -> None:
   """Defines this script's flags on `fv` (its own FlagValues: the tools' --model, --out and
-  --image live in absl's global ones, and a process may import both)."""
+  --image live in absl's global ones, which a test importing this script beside the tools
+  would define twice)."""
   d = dict(flag_values=fv)
   flags.DEFINE_bool('tiny', False, 'CPU-sized preset (testing model, 32 px, a few steps).', **d)
   flags.DEFINE_string('out', 'gpu_e2e_out', 'Folder for gpu_e2e.json, logs and the trace.', **d)
