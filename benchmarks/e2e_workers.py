@@ -17,7 +17,8 @@ from typing import Any, Dict, List
 
 import numpy as np
 
-import worker_pipe  # benchmarks/worker_pipe.py, beside this script.
+import timm_vit  # benchmarks/timm_vit.py and worker_pipe.py, beside this script.
+import worker_pipe
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKERS = ('jax', 'timm')
@@ -125,31 +126,17 @@ def jax_worker(spec: Dict[str, Any]) -> None:
 
 def timm_worker(spec: Dict[str, Any]) -> None:
   """timm's VisionTransformer with the same dimensions, batch and optimiser (torch only)."""
-  import contextlib  # noqa: PLC0415
   import torch  # noqa: PLC0415
-  from timm.models.vision_transformer import VisionTransformer  # noqa: PLC0415
   device = 'cuda' if torch.cuda.is_available() else 'cpu'
-  c, b, crop = spec['timm'], spec['batch'], spec['crop']
-  model = VisionTransformer(
-      img_size=crop, patch_size=c['patch'], embed_dim=c['hidden'], depth=c['layers'],
-      num_heads=c['heads'], mlp_ratio=c['mlp'] / c['hidden'], num_classes=spec['classes'],
-      act_layer='gelu_tanh', proj_drop_rate=c['dropout'], pos_drop_rate=c['dropout'])
-  model = model.to(device, memory_format=torch.channels_last).train()
+  b, crop = spec['batch'], spec['crop']
+  model = timm_vit.build(spec['timm'], crop, spec['classes'], device)
+  model = model.to(memory_format=torch.channels_last).train()
   forward = torch.compile(model) if spec['torch_compile'] else model
-  x = (torch.rand(b, 3, crop, crop, device=device) * 2 - 1).to(
-      memory_format=torch.channels_last)
-  y = torch.arange(b, device=device) % spec['classes']
-  opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-  mixed = (lambda: torch.autocast(device, dtype=torch.bfloat16)) if (
-      spec['dtype'] == 'bfloat16') else contextlib.nullcontext
-
-  def step():
-    with mixed():
-      loss = torch.nn.functional.cross_entropy(forward(x), y)
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
+  x, y = timm_vit.batch(b, crop, spec['classes'], device)
+  x = x.to(memory_format=torch.channels_last)
+  opt = timm_vit.optimizer(model)
+  mixed = timm_vit.autocast(device, spec['dtype'])
+  step = lambda: timm_vit.train_step(model, forward, x, y, opt, mixed)  # noqa: E731
 
   def sync():
     if device == 'cuda':

@@ -48,6 +48,7 @@ from absl import flags
 
 import e2e_jpegs  # Siblings in benchmarks/: the script's directory is on sys.path.
 import e2e_workers
+import timm_vit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The two presets; a flag given on the command line wins over its preset's value.
@@ -242,14 +243,11 @@ def worker_spec(settings: Settings, folder: str) -> Dict[str, Any]:
   from vit_jax import config_lib  # noqa: PLC0415  # Configs load without jax.
   path, arg = config_spec(settings, folder).split(':', 1)
   config = config_lib.load_config_module(path).get_config(arg)
-  t = config.model.transformer
   return {'config': config_spec(settings, folder), 'overrides': config_overrides(settings),
           'batch': settings.batch, 'crop': settings.crop, 'classes': settings.classes,
           'dtype': settings.dtype, 'torch_compile': settings.torch_compile,
           'profile_dir': os.path.join(settings.out, 'profile'),
-          'timm': dict(patch=config.model.patches.size[0], hidden=config.model.hidden_size,
-                       layers=t.num_layers, heads=t.num_heads, mlp=t.mlp_dim,
-                       dropout=t.dropout_rate)}
+          'timm': timm_vit.dims(config.model)}
 
 
 def run_step_only(settings: Settings, folder: str) -> Dict[str, Any]:

@@ -33,8 +33,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from absl import flags
 
-import device_stats  # device_stats.py, hugepages.py, worker_pipe.py: beside this script.
-import hugepages
+import device_stats  # device_stats.py, hugepages.py, timm_vit.py, worker_pipe.py: beside
+import hugepages  # this script.
+import timm_vit
 import worker_pipe
 
 
@@ -153,37 +154,24 @@ def jax_worker(fv: flags.FlagValues, kind: str, mode: str) -> None:
 
 def timm_worker(fv: flags.FlagValues, mode: str) -> None:
   """The timm counterpart of `jax_worker` (eager, torch threads = cores; CUDA if present)."""
-  import contextlib
   import torch
-  from timm.models.vision_transformer import VisionTransformer
   torch.set_num_threads(device_stats.cores())
   device = device_stats.torch_device()
   if device == 'cuda':  # JAX's default fp32 matmul/conv precision on GPU is TF32: match it.
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
-  c = json.loads(fv.timm_config)  # From the parent: importing vit_jax.models loads jax.
-  model = VisionTransformer(
-      img_size=fv.image, patch_size=c['patch'], embed_dim=c['hidden'], depth=c['layers'],
-      num_heads=c['heads'], mlp_ratio=c['mlp'] / c['hidden'], num_classes=fv.num_classes,
-      act_layer='gelu_tanh', proj_drop_rate=c['dropout'], pos_drop_rate=c['dropout']).to(device)
-  x = torch.rand(fv.batch, 3, fv.image, fv.image, device=device) * 2 - 1
-  y = torch.arange(fv.batch, device=device) % fv.num_classes
-  opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-  mixed = (lambda: torch.autocast(device, dtype=torch.bfloat16)) if fv.dtype == 'bfloat16' else (
-      contextlib.nullcontext)
+  # `timm_config` comes from the parent: importing vit_jax.models loads jax.
+  model = timm_vit.build(json.loads(fv.timm_config), fv.image, fv.num_classes, device)
+  x, y = timm_vit.batch(fv.batch, fv.image, fv.num_classes, device)
+  opt = timm_vit.optimizer(model)
+  mixed = timm_vit.autocast(device, fv.dtype)
 
   def run():
     if mode == 'infer':
       with torch.inference_mode(), mixed():
         model(x)
-      device_stats.torch_sync()
-      return
-    with mixed():
-      loss = torch.nn.functional.cross_entropy(model(x), y)
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
+    else:
+      timm_vit.train_step(model, model, x, y, opt, mixed)
     device_stats.torch_sync()
   model.train(mode == 'train')
   start = time.perf_counter()
@@ -347,10 +335,7 @@ def _run(fv: flags.FlagValues, extra: Sequence[str], argv: Sequence[str]) -> Opt
       jax_worker(fv, fv.worker, fv.mode)
     return None
   argv = [a for a in argv[1:] if a.split('=')[0] not in ('--mode', '--worker')]
-  t = config.transformer
-  argv.append('--timm_config=' + json.dumps(dict(
-      patch=config.patches.size[0], hidden=config.hidden_size, layers=t.num_layers,
-      heads=t.num_heads, mlp=t.mlp_dim, dropout=t.dropout_rate)))
+  argv.append('--timm_config=' + json.dumps(timm_vit.dims(config)))
   modes = ('infer', 'train') if fv.mode == 'both' else (fv.mode,)
   return '\n'.join(run_mode(fv, mode, argv) for mode in modes)
 

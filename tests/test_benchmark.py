@@ -99,3 +99,23 @@ def test_a_worker_answers_past_other_output_and_an_early_exit_is_named():
   assert _pipe(echo).close('hello') == {'got': 'hello'}
   with pytest.raises(RuntimeError, match='the demo worker exited with 3'):
     _pipe('print("no answer"); raise SystemExit(3)').read()
+
+
+def test_timm_vit_is_our_model_in_timm():
+  """Both benchmarks' timm side (benchmarks/timm_vit.py) builds our ViT's dimensions: the same
+  parameter count as ours, logits of our shape, and one train step changes its weights."""
+  import timm_vit  # noqa: PLC0415  # Beside vs_timm.py in benchmarks/.
+  import torch  # noqa: PLC0415
+  config = models.get_config('testing')
+  ours = models.VisionTransformer(num_classes=10, **config)
+  params = jax.eval_shape(lambda: ours.init(jax.random.key(0), jnp.zeros((1, 32, 32, 3)),
+                                            train=False))['params']
+  theirs = timm_vit.build(timm_vit.dims(config), 32, 10, 'cpu')
+  assert sum(p.numel() for p in theirs.parameters()) == sum(
+      int(np.prod(p.shape)) for p in jax.tree.leaves(params))
+  x, y = timm_vit.batch(4, 32, 10, 'cpu')
+  assert theirs(x).shape == (4, 10) and y.tolist() == [0, 1, 2, 3]
+  before = [p.detach().clone() for p in theirs.parameters()]
+  timm_vit.train_step(theirs, theirs, x, y, timm_vit.optimizer(theirs),
+                      timm_vit.autocast('cpu', 'float32'))
+  assert all(not torch.equal(a, b) for a, b in zip(before, theirs.parameters()))
