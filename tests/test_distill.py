@@ -60,6 +60,32 @@ def test_loss_equals_its_definition(kind, alpha, tau):
                              rtol=1e-5, atol=1e-6)
 
 
+def _student_and_teacher(config):
+  """The student of `config` and a 'testing' teacher (4 classes), both with perturbed random
+  weights (so that logits are far from uniform), and a batch of 8 images with one-hot labels."""
+  student = models.get_model(config.model, num_classes=4)
+  teacher_model = models.get_model('testing', num_classes=4)
+  x = np.random.default_rng(0).uniform(-1, 1, (8, 32, 32, 3)).astype(np.float32)
+  labels = np.eye(4, dtype=np.float32)[np.random.default_rng(1).integers(0, 4, 8)]
+  init = lambda m, seed: perturb(m.init(jax.random.key(seed), x[:1], train=False)['params'],  # noqa: E731
+                                 seed, 0.5)
+  return student, teacher_model, x, labels, init(student, 0), init(teacher_model, 1)
+
+
+def _one_step(config, student, params, teacher_model, teacher_params, x, labels):
+  """The metrics of one distilled train step of `student` from `params` (the trainer's own step
+  function, on this host's mesh)."""
+  mesh = parallel.make_mesh()
+  tx = optim.make_optimizer(config, optim.learning_rate_schedule(
+      total_steps=10, base_lr=0.1, decay_type='cosine', warmup_steps=1))
+  teacher = distill.Teacher(teacher_model, parallel.put_replicated(teacher_params, mesh))
+  step = train.make_train_step(student, tx, config, mesh, teacher=teacher)
+  state = {'params': parallel.put_replicated(params, mesh), 'opt_state': tx.init(params),
+           'step': jnp.zeros((), jnp.int32), 'rng': jax.random.key_data(jax.random.key(0))}
+  _, metrics = step(state, parallel.put_batch({'image': x, 'label': labels}, mesh))
+  return metrics
+
+
 def test_hard_loss_with_a_teacher_that_agrees_is_the_true_loss():
   logits, labels, _ = fixed_batch()
   config = make_config()
@@ -73,21 +99,8 @@ def test_hard_loss_with_a_teacher_that_agrees_is_the_true_loss():
 def test_train_step_loss_runs_the_teacher_on_the_batch(kind, accum_steps):
   """The step's reported loss = the definition on the student's and the teacher's logits."""
   config = make_config(accum_steps=accum_steps, distill=dict(kind=kind, temperature=2.))
-  student = models.get_model(config.model, num_classes=4)
-  teacher_model = models.get_model('testing', num_classes=4)
-  x = np.random.default_rng(0).uniform(-1, 1, (8, 32, 32, 3)).astype(np.float32)
-  labels = np.eye(4, dtype=np.float32)[np.random.default_rng(1).integers(0, 4, 8)]
-  init = lambda m, seed: perturb(m.init(jax.random.key(seed), x[:1], train=False)['params'],  # noqa: E731
-                                 seed, 0.5)
-  params, teacher_params = init(student, 0), init(teacher_model, 1)
-  mesh = parallel.make_mesh()
-  tx = optim.make_optimizer(config, optim.learning_rate_schedule(
-      total_steps=10, base_lr=0.1, decay_type='cosine', warmup_steps=1))
-  teacher = distill.Teacher(teacher_model, parallel.put_replicated(teacher_params, mesh))
-  step = train.make_train_step(student, tx, config, mesh, teacher=teacher)
-  state = {'params': parallel.put_replicated(params, mesh), 'opt_state': tx.init(params),
-           'step': jnp.zeros((), jnp.int32), 'rng': jax.random.key_data(jax.random.key(0))}
-  _, metrics = step(state, parallel.put_batch({'image': x, 'label': labels}, mesh))
+  student, teacher_model, x, labels, params, teacher_params = _student_and_teacher(config)
+  metrics = _one_step(config, student, params, teacher_model, teacher_params, x, labels)
   logits = np.asarray(student.apply({'params': params}, x, train=False))  # No dropout here.
   t_logits = np.asarray(teacher_model.apply({'params': teacher_params}, x, train=False))
   want = numpy_loss(logits, labels, t_logits, kind, tau=2.).mean()
@@ -105,27 +118,14 @@ def test_distilled_student_trains_its_token_head_on_the_teacher(kind):
   """distilled=True: the loss routes the teacher to head_dist and the labels to head."""
   config = make_config(distill=dict(kind=kind, temperature=2., alpha=0.3))
   config.model.distilled = True
-  student = models.get_model(config.model, num_classes=4)
-  teacher_model = models.get_model('testing', num_classes=4)
-  x = np.random.default_rng(0).uniform(-1, 1, (8, 32, 32, 3)).astype(np.float32)
-  labels = np.eye(4, dtype=np.float32)[np.random.default_rng(1).integers(0, 4, 8)]
-  init = lambda m, seed: perturb(m.init(jax.random.key(seed), x[:1], train=False)['params'],  # noqa: E731
-                                 seed, 0.5)
-  params, teacher_params = init(student, 0), init(teacher_model, 1)
+  student, teacher_model, x, labels, params, teacher_params = _student_and_teacher(config)
   assert 'head_dist' in params and 'dist' in params
   cls_logits, dist_logits = map(np.asarray, distill.head_logits(student, params, x,
                                                                 jax.random.key(0)))
   assert np.abs(cls_logits - dist_logits).max() > 1e-3  # Two different heads.
   np.testing.assert_allclose(student.apply({'params': params}, x, train=False),
                              (cls_logits + dist_logits) / 2, rtol=1e-5, atol=1e-6)
-  mesh = parallel.make_mesh()
-  tx = optim.make_optimizer(config, optim.learning_rate_schedule(
-      total_steps=10, base_lr=0.1, decay_type='cosine', warmup_steps=1))
-  teacher = distill.Teacher(teacher_model, parallel.put_replicated(teacher_params, mesh))
-  step = train.make_train_step(student, tx, config, mesh, teacher=teacher)
-  state = {'params': parallel.put_replicated(params, mesh), 'opt_state': tx.init(params),
-           'step': jnp.zeros((), jnp.int32), 'rng': jax.random.key_data(jax.random.key(0))}
-  _, metrics = step(state, parallel.put_batch({'image': x, 'label': labels}, mesh))
+  metrics = _one_step(config, student, params, teacher_model, teacher_params, x, labels)
   t_logits = np.asarray(teacher_model.apply({'params': teacher_params}, x, train=False))
   want = numpy_token_loss(cls_logits, dist_logits, labels, t_logits, kind, 0.3, 2.).mean()
   np.testing.assert_allclose(float(metrics['loss']), want, rtol=2e-5)
