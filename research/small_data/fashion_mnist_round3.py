@@ -385,6 +385,8 @@ CLAIMS = (
            'r3_matched_fewshot', 'ResNet strong', 'ResNet plain'),
     _claim('A convolutional stem helps (plain, 1%): hybrid − ViT', 'r3_matched',
            'hybrid plain', 'ViT plain'),
+    _claim('A convolutional stem helps (strong, 1%): hybrid − ViT', 'r3_matched',
+           'hybrid strong', 'ViT strong'),
     _claim('Locality helps at the ViT\'s regularisation (plain, 1%): Swin − ViT', 'r3_matched',
            'Swin plain', 'ViT plain'),
     _claim('Locality helps at the ViT\'s regularisation (strong, 1%): Swin − ViT',
