@@ -616,3 +616,43 @@ def test_stochastic_depth_model():
                                         rngs={'dropout': jax.random.key(0)}), ref, atol=1e-6)
   out = sd.apply({'params': params}, x, train=True, rngs={'dropout': jax.random.key(0)})
   assert np.abs(out - ref).max() > 1e-4
+
+
+@pytest.mark.parametrize('impl,posemb', [('xla', 'relative'), ('heads_first', 'learn'),
+                                         ('fused', 'relative')])
+def test_pad_tokens_once_same_logits_and_gradients(impl, posemb):
+  """pad_tokens=8 pads 17 tokens to 24 once; masked keys and dropped rows leave the maths as is."""
+  x = images(2, 32, 32)
+  plain = tiny(attention_impl=impl, posemb=posemb, classifier='token_unpooled')
+  padded = plain.clone(pad_tokens=8)
+  params = perturb(init(plain, x))
+  assert jax.tree.structure(init(padded, x)) == jax.tree.structure(params)
+
+  def loss(model):
+    return lambda p: jnp.sum(model.apply({'params': p}, x, train=False)**2)
+
+  a, b = (jax.jit(lambda p, m=m: m.apply({'params': p}, x, train=False))(params)
+          for m in (plain, padded))
+  assert a.shape == b.shape == (2, 17, 5)
+  np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+  ga, gb = (jax.jit(jax.grad(loss(m)))(params) for m in (plain, padded))
+  jax.tree.map(lambda u, v: np.testing.assert_allclose(u, v, rtol=1e-4, atol=1e-5), ga, gb)
+  # The attention maps an analysis collects keep the plain shape: no padding is applied there.
+  _, state = padded.apply({'params': params}, x, train=False, mutable=['intermediates'])
+  maps = {w.shape for w in jax.tree.leaves(state['intermediates']) if w.ndim == 4}
+  assert maps == {(2, 2, 17, 17)}
+
+
+@pytest.mark.parametrize('impl', ['xla', 'heads_first'])
+def test_attention_keeps_flax_dropout(monkeypatch, impl):
+  """Flax passes an attention_fn only the arguments it names: attention dropout must reach it."""
+  x = images(2, 32, 32)
+  model = tiny(attention_impl=impl,
+               transformer={**TINY['transformer'], 'attention_dropout_rate': 0.5})
+  params = perturb(init(model, x))
+  run = lambda: model.apply({'params': params}, x, train=True,  # noqa: E731
+                            rngs={'dropout': jax.random.key(3)})
+  ours = run()
+  monkeypatch.setitem(ops.ATTENTION_FNS, impl, nn.dot_product_attention)
+  np.testing.assert_array_equal(ours, run())
+  assert not np.allclose(ours, model.apply({'params': params}, x, train=False))

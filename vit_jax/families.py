@@ -23,6 +23,7 @@ VIT_EXTRAS = dict(
     dtype='float32',  # Compute dtype; 'bfloat16' for accelerators (params stay float32).
     remat=False,  # Recompute each block in backward: less activation memory.
     attention_impl='xla',  # 'heads_first' (fastest on CPU) or 'fused' (cuDNN flash on GPU).
+    pad_tokens=0,  # Pad tokens once, before the blocks, to a multiple of this (masked); 0 = off.
     head_bias_init=0.,  # -10 for sigmoid pretraining (big_vision i21k).
     # What timm's ViT families need (weights/timm_vit.py reads their files); all off here.
     activation='gelu_tanh',  # MLP activation: 'gelu_tanh' (official), 'gelu' (exact), 'quick_gelu'.

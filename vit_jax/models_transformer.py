@@ -6,10 +6,12 @@ the feature tools (`tools/features`) read its intermediates. `models_vit` keeps 
 names (`models_vit.Encoder`, `Encoder1DBlock`, `MlpBlock`) pointing here.
 """
 
+import functools
 from typing import Any, Callable, Optional, Tuple
 
 import flax.linen as nn
 import jax.numpy as jnp
+import numpy as np
 
 from vit_jax import ops
 from vit_jax import position_embeddings
@@ -48,7 +50,8 @@ class Encoder1DBlock(nn.Module):
   `layer_scale` > 0 multiplies each branch by a learned per-channel `ls1`/`ls2` initialised to it
   (CaiT/DeiT-III/DINOv2; timm's `ls1.gamma`). `relative_grid` (rows, cols) of the patch grid
   gives the attention the paper's relative position bias (`RelativePositionKeys`, its own
-  `relative_posemb` table); None for none.
+  `relative_posemb` table); None for none. `valid_tokens` < the sequence length masks the keys
+  after it: the padding `Encoder(pad_tokens=...)` added (its outputs are dropped there).
   """
 
   mlp_dim: int
@@ -63,6 +66,7 @@ class Encoder1DBlock(nn.Module):
   layer_norm_eps: float = 1e-6
   layer_scale: float = 0.
   relative_grid: Optional[Tuple[int, int]] = None
+  valid_tokens: Optional[int] = None
 
   @nn.compact
   def __call__(self, inputs: Array, deterministic: bool) -> Array:
@@ -92,11 +96,16 @@ class Encoder1DBlock(nn.Module):
 
   def _attention_fn(self, x: Array):
     attention_fn = ops.ATTENTION_FNS[self.attention_impl]
+    tokens = x.shape[1] if self.valid_tokens is None else self.valid_tokens
+    if tokens < x.shape[1]:
+      attention_fn = functools.partial(attention_fn, valid_keys=tokens)
     if self.relative_grid is None:
       return attention_fn
     keys, index = position_embeddings.RelativePositionKeys(
         grid_shape=self.relative_grid, num_heads=self.num_heads, param_dtype=self.param_dtype,
-        name='relative_posemb')(x.shape[1], x.shape[-1] // self.num_heads)
+        name='relative_posemb')(tokens, x.shape[-1] // self.num_heads)
+    # Padded rows and columns read any offset (0): their keys are masked, their rows dropped.
+    index = np.pad(index, (0, x.shape[1] - tokens))
     return position_embeddings.relative_attention(attention_fn, keys, index)
 
   def _scale(self, name: str, x: Array) -> Array:
@@ -143,7 +152,9 @@ class Encoder(nn.Module):
   position embedding is added (official), or after it with `no_embed_class` (DeiT-III, DINOv2
   with registers: the table covers the grid only). `norm_pre` adds a LayerNorm before the
   blocks (CLIP); `final_norm=False` leaves out `encoder_norm` (fc_norm models normalise after
-  pooling instead).
+  pooling instead). `pad_tokens` > 0 pads the sequence once, before the blocks, to a multiple
+  of it (masked keys, rows dropped after the blocks): the same values, and kernels that want
+  even or aligned lengths (cuDNN: ViT's 197 tokens) get them without padding in every layer.
   """
 
   num_layers: int
@@ -164,6 +175,7 @@ class Encoder(nn.Module):
   no_embed_class: bool = False
   norm_pre: bool = False
   final_norm: bool = True
+  pad_tokens: int = 0
 
   @nn.compact
   def __call__(self, x: Array, *, train: bool,
@@ -188,6 +200,10 @@ class Encoder(nn.Module):
     # (not at init, and not while intermediates are being collected for analysis).
     remat = (self.remat and not self.is_initializing()
              and not self.is_mutable_collection('intermediates'))
+    num_tokens = x.shape[1]
+    # Collected attention weights (analysis) keep the plain shape: no padding there either.
+    if not self.is_mutable_collection('intermediates'):
+      x = pad_tokens(x, self.pad_tokens)
     for i in range(self.num_layers):
       # Stochastic depth grows linearly from 0 (first block) to `stochastic_depth` (last).
       rate = self.stochastic_depth * i / max(self.num_layers - 1, 1)
@@ -197,8 +213,9 @@ class Encoder(nn.Module):
                              drop_path_rate=rate, attention_impl=self.attention_impl,
                              activation=self.activation, layer_norm_eps=self.layer_norm_eps,
                              layer_scale=self.layer_scale, relative_grid=relative_grid,
-                             name=f'encoderblock_{i}')
+                             valid_tokens=num_tokens, name=f'encoderblock_{i}')
       x = self._remat_block(block, x, not train) if remat else block(x, not train)
+    x = x[:, :num_tokens]
     if not self.final_norm:
       return x
     return nn.LayerNorm(epsilon=self.layer_norm_eps, param_dtype=self.param_dtype,
@@ -230,6 +247,12 @@ class Encoder(nn.Module):
     if not self.add_position_embedding:
       return x
     return position_embeddings.add(x, self.posemb, grid_shape, self.param_dtype)
+
+
+def pad_tokens(x: Array, multiple: int) -> Array:
+  """(batch, tokens, hidden) `x` with zero tokens appended up to a multiple of `multiple` (0: x)."""
+  extra = -x.shape[1] % multiple if multiple else 0
+  return jnp.pad(x, ((0, 0), (0, extra), (0, 0))) if extra else x
 
 
 def keep_tokens(x: Array, keep: Array, num_prefix: int) -> Array:

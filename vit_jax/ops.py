@@ -7,6 +7,7 @@ for the hybrid root, by backend. Measured reasons are in each docstring and docs
 """
 
 import functools
+import inspect
 import math
 from typing import Any, Callable, Optional, Sequence, Tuple
 
@@ -19,33 +20,53 @@ Array = jnp.ndarray
 Dtype = Any
 
 
-def _attention_fn(core: Callable[[Array, Array, Array, Optional[Array]], Array]
-                  ) -> Callable[..., Array]:
-  """Wraps `core(q, k, v, bias)` as an `attention_fn` for `nn.MultiHeadDotProductAttention`.
+def _attention_fn(core: Callable[..., Array]) -> Callable[..., Array]:
+  """Wraps `core(q, k, v, bias, valid_keys)` as an `attention_fn` for Flax's attention.
 
   Same inputs/outputs as Flax's default (so the param layout is unchanged). A (batch, heads,
   q, k) `bias` (relative position logits) goes to the core; attention dropout, masks and
-  weight sowing (`module`) fall back to Flax's default path.
+  weight sowing (`module`) fall back to Flax's default path. `valid_keys` (an int) masks the
+  keys from that index on: the padding `Encoder(pad_tokens=...)` appends once.
   """
 
   def attention_fn(query: Array, key: Array, value: Array, *, dropout_rate: float = 0.,
                    deterministic: bool = True, dtype: Optional[Dtype] = None,
-                   **kwargs) -> Array:
+                   valid_keys: Optional[int] = None, **kwargs) -> Array:
     if (dropout_rate > 0. and not deterministic) or kwargs.get('mask') is not None or (
         'module' in kwargs):
-      return nn.dot_product_attention(query, key, value, dropout_rate=dropout_rate,
-                                      deterministic=deterministic, dtype=dtype, **kwargs)
+      return flax_attention(query, key, value, dropout_rate=dropout_rate,
+                            deterministic=deterministic, dtype=dtype, valid_keys=valid_keys,
+                            **kwargs)
     bias = kwargs.get('bias')
     if dtype is not None:
       query, key, value = (t.astype(dtype) for t in (query, key, value))
-    return core(query, key, value, None if bias is None else bias.astype(query.dtype))
+    return core(query, key, value, None if bias is None else bias.astype(query.dtype),
+                valid_keys)
 
   attention_fn.__doc__ = core.__doc__
+  attention_fn.__signature__ = flax_attention.__signature__  # Flax then passes the dropout rng.
   return attention_fn
 
 
+def flax_attention(query: Array, key: Array, value: Array, *,
+                   valid_keys: Optional[int] = None, **kwargs) -> Array:
+  """Flax's `nn.dot_product_attention`, called as it is unless `valid_keys` masks a padding."""
+  if valid_keys is not None:
+    keep = jnp.arange(key.shape[-3]) < valid_keys
+    mask = kwargs.get('mask')
+    kwargs['mask'] = keep if mask is None else jnp.logical_and(mask, keep)
+  return nn.dot_product_attention(query, key, value, **kwargs)
+
+
+# Flax passes an `attention_fn` only the keyword arguments its signature names (dropout rng,
+# rate, mask...), so this one reports `nn.dot_product_attention`'s, plus `valid_keys`.
+flax_attention.__signature__ = inspect.signature(nn.dot_product_attention).replace(
+    parameters=[*inspect.signature(nn.dot_product_attention).parameters.values(),
+                inspect.Parameter('valid_keys', inspect.Parameter.KEYWORD_ONLY, default=None)])
+
+
 def _heads_first_core(query: Array, key: Array, value: Array,
-                      bias: Optional[Array] = None) -> Array:
+                      bias: Optional[Array] = None, valid_keys: Optional[int] = None) -> Array:
   """Faster on CPU: heads-major matmuls, normalisation after the weighted sum.
 
   Same maths as Flax's default, reordered for XLA:CPU: q, k, v go to (batch, heads, tokens,
@@ -59,40 +80,57 @@ def _heads_first_core(query: Array, key: Array, value: Array,
   scores = jnp.matmul(query, jnp.swapaxes(key, -1, -2))
   if bias is not None:
     scores = scores + bias
+  if valid_keys is not None:
+    keep = jnp.arange(key.shape[-2]) < valid_keys
+    scores = jnp.where(keep, scores, jnp.finfo(scores.dtype).min)
   weights = jnp.exp(scores - jax.lax.stop_gradient(scores.max(axis=-1, keepdims=True)))
   out = jnp.matmul(weights, value) / weights.sum(axis=-1, keepdims=True)
   return jnp.swapaxes(out, -3, -2)
 
 
-def _fused_core(query: Array, key: Array, value: Array, bias: Optional[Array] = None) -> Array:
+def _fused_core(query: Array, key: Array, value: Array, bias: Optional[Array] = None,
+                valid_keys: Optional[int] = None) -> Array:
   """`jax.nn.dot_product_attention`: cuDNN flash attention on NVIDIA GPUs for bf16/fp16 inputs.
 
   Its default (`implementation=None`) is XLA's einsum path on every backend, so the cuDNN
   kernel is asked for explicitly where it applies; shapes or dtypes it rejects (fp32, head
   dims it lacks, ROCm) fall back to the XLA path, which is the same maths. A (batch, heads,
-  q, k) `bias` is added to the logits on both paths.
+  q, k) `bias` is added to the logits on both paths; `valid_keys` becomes both paths'
+  `key_value_seq_lengths`.
   """
   if jax.default_backend() == 'gpu' and query.dtype in (jnp.bfloat16, jnp.float16):
     try:
-      return _cudnn_attention(query, key, value, bias)
+      return _cudnn_attention(query, key, value, bias, valid_keys)
     except (ValueError, NotImplementedError, RuntimeError):
       pass
-  return jax.nn.dot_product_attention(query, key, value, bias=bias, implementation='xla')
+  return jax.nn.dot_product_attention(query, key, value, bias=bias, implementation='xla',
+                                      key_value_seq_lengths=_seq_lengths(query, valid_keys))
 
 
-def _cudnn_attention(query: Array, key: Array, value: Array, bias: Optional[Array]) -> Array:
+def _seq_lengths(query: Array, valid_keys: Optional[int]) -> Optional[Array]:
+  """(batch,) key lengths for `jax.nn.dot_product_attention`, or None for all keys."""
+  if valid_keys is None:
+    return None
+  return jnp.full((query.shape[0],), valid_keys, jnp.int32)
+
+
+def _cudnn_attention(query: Array, key: Array, value: Array, bias: Optional[Array],
+                     valid_keys: Optional[int] = None) -> Array:
   """cuDNN attention; an odd token count (ViT's 197) is padded by one masked token.
 
   cuDNN's training kernels reject odd sequence lengths; the padded key is masked out through
   `key_value_seq_lengths` and the padded query row is dropped, so the maths is unchanged.
+  This pads q, k and v in every layer; `Encoder(pad_tokens=...)` pads the sequence once instead
+  and passes `valid_keys`.
   """
   tokens = query.shape[1]
   if tokens % 2 == 0:
-    return jax.nn.dot_product_attention(query, key, value, bias=bias, implementation='cudnn')
+    return jax.nn.dot_product_attention(query, key, value, bias=bias, implementation='cudnn',
+                                        key_value_seq_lengths=_seq_lengths(query, valid_keys))
   pad = lambda t: jnp.pad(t, ((0, 0), (0, 1), (0, 0), (0, 0)))  # noqa: E731
   if bias is not None:
     bias = jnp.pad(bias, ((0, 0), (0, 0), (0, 1), (0, 1)))
-  lengths = jnp.full((query.shape[0],), tokens, jnp.int32)
+  lengths = _seq_lengths(query, tokens if valid_keys is None else valid_keys)
   out = jax.nn.dot_product_attention(pad(query), pad(key), pad(value), bias=bias,
                                      implementation='cudnn', key_value_seq_lengths=lengths)
   return out[:, :tokens]
@@ -102,7 +140,7 @@ fused_attention = _attention_fn(_fused_core)
 heads_first_attention = _attention_fn(_heads_first_core)
 
 
-ATTENTION_FNS = {'xla': nn.dot_product_attention, 'fused': fused_attention,
+ATTENTION_FNS = {'xla': flax_attention, 'fused': fused_attention,
                  'heads_first': heads_first_attention}
 
 
