@@ -39,6 +39,13 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def download_cache(tmp_path, monkeypatch):
+  """Each test downloads into its own folder, never the clone's checkpoints/ or ~/.cache."""
+  monkeypatch.setenv('VIT_JAX_CACHE', str(tmp_path / 'vit_jax_cache'))
+  return tmp_path / 'vit_jax_cache'
+
+
 @pytest.fixture
 def rng():
   """A fixed `jax.random.key(0)`."""

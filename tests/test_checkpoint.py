@@ -395,12 +395,70 @@ def test_cache_dir_from_environment(fake_remote, tmp_path, monkeypatch):
 
 
 def test_default_cache_is_the_users_cache_folder(tmp_path, monkeypatch):
+  """An installed package (no checkpoints/README.md beside it) downloads into the user cache."""
   monkeypatch.delenv('VIT_JAX_CACHE', raising=False)
+  monkeypatch.setattr(store, 'SOURCE_ROOT', str(tmp_path / 'site-packages'))
   monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path / 'xdg'))
   assert store.default_cache_dir() == str(tmp_path / 'xdg' / 'vit_jax')
   monkeypatch.delenv('XDG_CACHE_HOME')
   monkeypatch.setenv('HOME', str(tmp_path / 'home'))
   assert store.default_cache_dir() == str(tmp_path / 'home' / '.cache' / 'vit_jax')
+
+
+def test_a_clone_downloads_into_its_checkpoints_folder(tmp_path, monkeypatch):
+  """This clone has the catalogue, so checkpoints/ is where downloads land; the env wins."""
+  monkeypatch.delenv('VIT_JAX_CACHE', raising=False)
+  root = pathlib.Path(__file__).resolve().parent.parent
+  assert (root / 'checkpoints' / 'README.md').is_file()
+  assert store.default_cache_dir() == str(root / 'checkpoints')
+  monkeypatch.setenv('VIT_JAX_CACHE', str(tmp_path / 'env'))
+  assert store.default_cache_dir() == str(tmp_path / 'env')
+
+
+def test_download_from_a_local_server_into_the_clone_then_read_from_either_place(
+    tmp_path, monkeypatch):
+  """Over real HTTP: fetched once into a clone's checkpoints/, read there; a file already in
+  the user cache is read from there and not fetched again."""
+  import functools  # noqa: PLC0415
+  import http.server  # noqa: PLC0415
+  import threading  # noqa: PLC0415
+  served = tmp_path / 'served'
+  source, params = _pretrained(tmp_path, name='x.npz')
+  (served / 'models').mkdir(parents=True)
+  pathlib.Path(source).rename(served / 'models' / 'ViT-tiny.npz')
+  requests = []
+
+  class Handler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+      requests.append(self.path)
+
+  server = http.server.ThreadingHTTPServer(
+      ('127.0.0.1', 0), functools.partial(Handler, directory=str(served)))
+  threading.Thread(target=server.serve_forever, daemon=True).start()
+  clone = tmp_path / 'clone'
+  (clone / 'checkpoints').mkdir(parents=True)
+  (clone / 'checkpoints' / 'README.md').write_text('catalogue')
+  monkeypatch.delenv('VIT_JAX_CACHE', raising=False)
+  monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path / 'xdg'))
+  monkeypatch.setattr(store, 'SOURCE_ROOT', str(clone))
+  host = f'127.0.0.1:{server.server_port}'
+  try:
+    url = f'http://{host}/models/ViT-tiny.npz'
+    loaded = checkpoint.load(url)
+    local = clone / 'checkpoints' / host / 'models' / 'ViT-tiny.npz'
+    assert local.is_file() and len(requests) == 1
+    checkpoint.load(url)  # Read from checkpoints/, not fetched again.
+    assert len(requests) == 1
+    other = f'http://{host}/models/other.npz'  # Already in the user cache: read there.
+    user_copy = tmp_path / 'xdg' / 'vit_jax' / host / 'models' / 'other.npz'
+    user_copy.parent.mkdir(parents=True)
+    user_copy.write_bytes(local.read_bytes())
+    checkpoint.load(other)
+    assert len(requests) == 1
+    assert not (clone / 'checkpoints' / host / 'models' / 'other.npz').exists()
+  finally:
+    server.shutdown()
+  jax.tree.map(np.testing.assert_array_equal, loaded, jax.tree.map(np.asarray, params))
 
 
 def test_a_download_in_the_old_cache_is_read_not_fetched_again(fake_remote, tmp_path,

@@ -46,7 +46,7 @@ def readme_configs():
   return [base] + [load_config(p)[1] for p in CONFIG_FILES]
 
 
-@pytest.mark.parametrize('doc', ['README.md', 'docs/checkpoints.md'])
+@pytest.mark.parametrize('doc', ['README.md', 'checkpoints/README.md'])
 def test_every_config_flag_in_the_docs_exists(doc):
   with open(os.path.join(ROOT, doc)) as f:
     flags = set(FLAG.findall(f.read()))

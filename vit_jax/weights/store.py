@@ -47,23 +47,40 @@ def has_saved_state(workdir: str) -> bool:
 
 
 CACHE_ENV = 'VIT_JAX_CACHE'
+# The clone's top-level folder of the catalogue (checkpoints/README.md) and its downloads.
+SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def default_cache_dir() -> str:
-  """Where remote checkpoints are downloaded: `$VIT_JAX_CACHE`, else `vit_jax/` in the user's cache
-  folder (`$XDG_CACHE_HOME`, else `~/.cache`), as timm's and torch's caches: outside the source
-  tree, so a pip-installed package never writes into site-packages."""
-  if os.environ.get(CACHE_ENV):
-    return os.environ[CACHE_ENV]
+def clone_checkpoints_dir() -> Optional[str]:
+  """`checkpoints/` of the clone the code runs from (it holds the catalogue, README.md), else
+  None: an installed package has no such folder beside it."""
+  folder = os.path.join(SOURCE_ROOT, 'checkpoints')
+  return folder if os.path.isfile(os.path.join(folder, 'README.md')) else None
+
+
+def user_cache_dir() -> str:
+  """`vit_jax/` in the user's cache folder (`$XDG_CACHE_HOME`, else `~/.cache`), as timm's and
+  torch's caches."""
   base = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache')
   return os.path.join(base, 'vit_jax')
 
 
-def legacy_cache_dirs() -> List[str]:
-  """The download caches of versions before 2026-11-27 (`$VIT_JAX_CHECKPOINTS`, else
-  `checkpoints/` beside the package): read, never written, so their files are not fetched again."""
-  here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  return [os.environ.get('VIT_JAX_CHECKPOINTS') or os.path.join(here, 'checkpoints')]
+def default_cache_dir() -> str:
+  """Where remote checkpoints are downloaded: `$VIT_JAX_CACHE`, else the clone's `checkpoints/`
+  (where a user of the official repository looks; git-ignored), else the user cache, so an
+  installed package never writes into site-packages."""
+  if os.environ.get(CACHE_ENV):
+    return os.environ[CACHE_ENV]
+  return clone_checkpoints_dir() or user_cache_dir()
+
+
+def cache_dirs() -> List[str]:
+  """Every folder a download may already be in, the download folder first: `$VIT_JAX_CACHE`,
+  the clone's `checkpoints/`, the user cache, and `$VIT_JAX_CHECKPOINTS` (versions before
+  2026-11-27). A file in any of them is read, not fetched again."""
+  folders = [os.environ.get(CACHE_ENV), clone_checkpoints_dir(), user_cache_dir(),
+             os.environ.get('VIT_JAX_CHECKPOINTS')]
+  return list(dict.fromkeys(f for f in folders if f))
 
 
 def is_remote(path: str) -> bool:
@@ -85,17 +102,15 @@ def cache_path(path: str, cache_dir: Optional[str] = None) -> str:
 
 
 def cached(path: str, cache_dir: Optional[str] = None) -> Optional[str]:
-  """The local copy of remote `path` if one was downloaded: in `cache_dir` (default: the cache,
-  then an earlier version's cache, named in the log), else None."""
-  local = cache_path(path, cache_dir)
-  if os.path.exists(local):
-    return local
-  for old_dir in () if cache_dir else legacy_cache_dirs():
-    old = cache_path(path, old_dir)
-    if os.path.exists(old):
-      logging.info('Using %s from the old download cache %s (the cache is now %s).', path,
-                   old_dir, default_cache_dir())
-      return old
+  """The local copy of remote `path` if one was downloaded: in `cache_dir` when given, else in
+  any of `cache_dirs()` (one not the download folder is named in the log); None if none."""
+  for folder in [cache_dir] if cache_dir else cache_dirs():
+    local = cache_path(path, folder)
+    if os.path.exists(local):
+      if folder != (cache_dir or default_cache_dir()):
+        logging.info('Using %s from %s (downloads now go to %s).', path, folder,
+                     default_cache_dir())
+      return local
   return None
 
 
@@ -142,7 +157,7 @@ def resolve(path: str, cache_dir: Optional[str] = None) -> str:
   if not os.path.isfile(path):
     raise CheckpointError(
         f'Could not find checkpoint "{path}". Download it from '
-        f'{presets.DEFAULT_PRETRAINED_DIR} (see docs/checkpoints.md) or set '
+        f'{presets.DEFAULT_PRETRAINED_DIR} (see checkpoints/README.md) or set '
         '--config.pretrained_dir to the folder that has it.')
   return path
 
@@ -236,7 +251,7 @@ def check_available(location: Location, cache_dir: Optional[str] = None) -> Opti
   if not is_remote(path):
     return None if os.path.isfile(path) else (
         f'checkpoint "{path}" not found: download it from {presets.DEFAULT_PRETRAINED_DIR} '
-        '(see docs/checkpoints.md) or set --config.pretrained_path / --config.pretrained_dir')
+        '(see checkpoints/README.md) or set --config.pretrained_path / --config.pretrained_dir')
   if cached(path, cache_dir):
     return None
   try:
