@@ -1,7 +1,9 @@
 """The study runner: commands, skip/rerun of runs, tables from run directories, image folders."""
 
 import collections
+import contextlib
 import dataclasses
+import io
 import json
 import os
 import re
@@ -13,8 +15,10 @@ import types
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from research.small_data import cells as cells_lib
+from research.small_data import claim_history
 from research.small_data import folders
 from research.small_data import full_recipe_epochs
 from research.small_data import grid as grid_lib
@@ -22,12 +26,14 @@ from research.small_data import plots
 from research.small_data import records
 from research.small_data import report
 from research.small_data import round3_estimate
+from research.small_data import round4_estimate
 from research.small_data import runner
 from research.small_data import select
 from test_fashion_mnist import write_idx_gz
 from vit_jax.data import fashion_mnist
 from vit_jax.tools import flops
 from vit_jax import config_lib
+from vit_jax import presets
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STUDY_CONFIG_FILE = os.path.join(ROOT, 'configs', 'study_fashion_mnist.py')
@@ -196,8 +202,10 @@ def test_report_is_regenerated_from_the_results_file_alone(tmp_path):
   assert ('| cnn | 70.00 ± 0.00 <sub>cnn_p1_s0 cnn_p1_s1</sub> | '
           '86.00 (1 unfinished) <sub>cnn_p100_s0 cnn_p100_s1</sub> |') in lines
   assert '| vit | 60.00 ± 1.41 <sub>vit_p1_s0 vit_p1_s1</sub> |' in text  # The val table.
-  # Paired by seed (same slice): p1 -10 and -8; p100 only seed 0 has both runs.
-  assert ('| vit − cnn | -9.00 ± 1.41 (0 of 2 > 0) | -6.00 (0 of 1 > 0) |') in lines
+  # Paired by seed (same slice): p1 -10 and -8; p100 only seed 0 has both runs. Errors: 40 and
+  # 38 against 30 (the geometric mean of the ratios: +30.0%), 20 against 14 (+42.9%).
+  assert ('| vit − cnn | -9.00 ± 1.41 (0 of 2 > 0); error +30.0% | '
+          '-6.00 (0 of 1 > 0); error +42.9% |') in lines
   assert text.count('paired by seed') == 1  # The val table has no baseline.
   assert '7 of 8 runs finished' in text and '![Size](figs/size.png)' in text
   assert '| cnn_p100_s1 | | | unfinished |' in text
@@ -429,9 +437,9 @@ def test_a_table_baseline_is_one_row_or_a_row_per_row():
 
 
 def test_the_study_page_is_the_report_of_the_committed_results(tmp_path):
-  """docs/small_data_study.md's generated block is what the report command makes from the
-  committed docs/study/results.jsonl with today's grid: no typed or stale number on the page."""
-  page = os.path.join(ROOT, 'docs', 'small_data_study.md')
+  """Round 2's page's generated block is what the report command makes from the committed
+  docs/study/results.jsonl with today's grid: no typed or stale number on the page."""
+  page = os.path.join(ROOT, 'docs', 'small_data_study_round2.md')
   results = os.path.join('docs', 'study', 'results.jsonl')
   grid = grid_lib.load_grid(STUDY_GRID)
   by_name = records.read_results(os.path.join(ROOT, results))
@@ -676,10 +684,52 @@ def test_plots_give_each_row_its_style_and_keep_the_legend_off_the_data(tmp_path
     fig.canvas.draw()
     legend = ax.get_legend().get_window_extent()
     assert legend.x0 >= ax.get_window_extent().x1  # Right of the axes: never over the data.
-  labels = [t.get_text() for t in ax.get_legend().get_texts()]
-  assert 'a, 1' in labels and 'a, 5' in labels  # Compute plots tell the fractions apart.
+  # The compute plot: a legend of the rows (colours) and one of the columns (markers), not an
+  # entry per (row, column) pair.
+  rows_legend = next(a for a in ax.get_children() if isinstance(a, type(ax.get_legend()))
+                     and a is not ax.get_legend())
+  assert [t.get_text() for t in rows_legend.get_texts()] == list('abcdefghijkl')
+  assert [t.get_text() for t in ax.get_legend().get_texts()] == ['1', '5']
+  assert rows_legend.get_window_extent().y0 > ax.get_legend().get_window_extent().y1
   markers = {h.get_paths()[0].vertices.tobytes() for h in ax.collections[:2]}
   assert len(markers) == 2
+
+
+def test_a_long_legend_takes_columns_instead_of_outgrowing_its_plot(tmp_path, monkeypatch):
+  """Round 3's sweep had a 34-entry legend, taller than its plot."""
+  table = grid_lib.Table('t', 'T', row='arm', col='lr', log_x=True, sort_cols=True)
+  runs = [grid_lib.Run(f'{a}{lr}', 'x', dict(arm=f'arm {a}', lr=lr)) for a in range(30)
+          for lr in (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2)]
+  records_ = {r.name: dict(accuracy_val=.5, train_flops=1e12) for r in runs}
+  table = dataclasses.replace(table, metric='accuracy_val')
+  for plot in (plots.plot_table, plots.plot_compute):
+    fig = _captured_figure(monkeypatch, plot, table, runs, records_, str(tmp_path / 'p.png'))
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    legends = [a for a in ax.get_children() if isinstance(a, type(ax.get_legend()))]
+    bottom = min(legend.get_window_extent().y0 for legend in legends)
+    top = max(legend.get_window_extent().y1 for legend in legends)
+    assert top - bottom <= 1.1 * ax.get_window_extent().height, plot
+
+
+def test_plot_error_bars_are_the_verdicts_95_intervals_and_rows_sit_side_by_side(
+    tmp_path, monkeypatch):
+  table = grid_lib.Table('t', 'T', row='arm', col='pct', log_x=True)
+  runs = [grid_lib.Run(f'{a}{p}{s}', 'x', dict(arm=a, pct=p, seed=s)) for a in 'ab'
+          for p in (1, 10) for s in range(3)]
+  accuracy = {0: .70, 1: .72, 2: .77}
+  records_ = {r.name: dict(accuracy_test=accuracy[r.tags['seed']] + (r.tags['arm'] == 'b') / 10)
+              for r in runs}
+  ax = _captured_figure(monkeypatch, plots.plot_table, table, runs, records_,
+                        str(tmp_path / 'p.png')).axes[0]
+  _, low, high = report.t_interval([70., 72., 77.])
+  for shift, container in zip((0, 10), ax.containers):  # Bars: each cell's verdict interval.
+    (segments,) = [c.get_segments() for c in container.lines[2]]
+    np.testing.assert_allclose([seg[:, 1] for seg in segments],
+                               [[low + shift, high + shift]] * 2)
+  xs = [list(c.lines[0].get_xdata()) for c in ax.containers]
+  assert xs[0][0] < 1 < xs[1][0] and xs[0][1] < 10 < xs[1][1]  # Dodged around each column.
+  assert 'bars: 95% interval' in ax.get_title()
 
 
 def test_plots_leave_out_rows_without_a_finished_run_and_draw_lines_left_to_right(
@@ -731,28 +781,110 @@ def test_round3_probes_give_the_strong_recipe_longer_and_evaluate_along_the_way(
   assert all('evals=10' in r.command for r in grid.runs)
 
 
-def test_the_round3_section_is_the_report_of_its_own_results_or_says_there_are_none(tmp_path):
-  """Round 3's block (study3 markers) is generated from docs/study/round3/results.jsonl alone,
-  and until that file exists it says so; round 2's block is pinned by the test above."""
+def _block(content, marker):
+  begin, end = report.doc_markers(marker)
+  return content[content.index(begin) + len(begin) + 1:content.index(end)]
+
+
+def _read_doc(name):
+  with open(os.path.join(ROOT, 'docs', name)) as f:
+    return f.read()
+
+
+# An interval or a mean ± std as the page quotes them: points (2 decimals), relative error (%,
+# 1 decimal) or logits (3 decimals).
+QUOTED = re.compile(r'\[[−+]\d+\.\d+, [−+]\d+\.\d+\]|\d+\.\d\d ± \d+\.\d\d')
+
+
+def test_the_study_page_opens_with_round_3s_answers_and_quotes_only_its_blocks(tmp_path):
+  """The page opens with round 3's answers (round 4 planned after them; round 2 on its own
+  page); round 3's block (study3 markers) is generated from docs/study/round3/results.jsonl
+  alone, and every interval and mean ± std the answers quote is in a generated block."""
   results = os.path.join('docs', 'study', 'round3', 'results.jsonl')
-  with open(os.path.join(ROOT, 'docs', 'small_data_study.md')) as f:
-    content = f.read()
-  begin, end = report.doc_markers('study3')
-  block = content[content.index(begin) + len(begin) + 1:content.index(end)]
-  if not os.path.isfile(os.path.join(ROOT, results)):
-    assert block == report.no_results_block(results)
-    return
+  content = _read_doc('small_data_study.md')
+  headings = re.findall(r'^## (.*)$', content, re.M)
+  assert headings[0].startswith('Answers (round 3') and headings[1].startswith('Round 4'), headings
+  assert '<!-- study:begin -->' not in content and 'small_data_study_round2.md' in content
+  block = _block(content, 'study3')
   by_name = records.read_results(os.path.join(ROOT, results))
   grid = grid_lib.fully_resolved(grid_lib.load_grid(ROUND3_GRID), by_name)
   assert block == report.report_markdown(grid, by_name, str(tmp_path), 'study/round3', results)
   assert set(by_name) <= {r.name for r in grid.runs}
-  # The Answers quote intervals and mean ± std figures of the generated blocks (round 2's
-  # Claims table for its claims), none typed or left stale.
-  answers = content[content.index('### Answers (round 3'):content.index('### How round 3 runs')]
-  begin2, end2 = report.doc_markers('study')
-  blocks = (block + content[content.index(begin2):content.index(end2)]).replace('-', '−')
-  quoted = re.findall(r'\[[−+]\d+\.\d\d, [−+]\d+\.\d\d\]|\d+\.\d\d ± \d+\.\d\d', answers)
-  assert len(quoted) > 5 and not [q for q in quoted if q.replace('-', '−') not in blocks], quoted
+  answers = content[content.index('## Answers (round 3'):content.index('## Round 4')]
+  blocks = (block + _block(_read_doc('small_data_study_round2.md'), 'study')).replace('-', '−')
+  quoted = QUOTED.findall(answers)
+  assert len(quoted) > 40 and not [q for q in quoted if q not in blocks], [
+      q for q in quoted if q not in blocks]
+  # Every architecture claim gives both arms' compute beside it, as its claims row does.
+  for claim in grid.claims:
+    if claim.text.startswith(('The hybrid beats', 'Swin beats')):
+      row = next(line for line in block.splitlines() if line.startswith(f'| {claim.text} |'))
+      for flops in re.findall(r': (\d+\.\d) ×', row):
+        assert f'{flops} MFLOPs per image' in answers or f'{flops} MFLOPs' in answers, flops
+
+
+def test_the_round4_section_is_its_plan_its_claims_and_its_estimate_until_it_runs(tmp_path):
+  content = _read_doc('small_data_study.md')
+  section = content[content.index('## Round 4'):content.index('## How round 3 ran')]
+  results = os.path.join('docs', 'study', 'round4', 'results.jsonl')
+  block = _block(content, 'study4')
+  if not os.path.isfile(os.path.join(ROOT, results)):
+    assert block == report.no_results_block(results)
+  else:
+    by_name = records.read_results(os.path.join(ROOT, results))
+    grid = grid_lib.fully_resolved(grid_lib.load_grid(ROUND4_GRID), by_name)
+    assert block == report.report_markdown(grid, by_name, str(tmp_path), 'study/round4', results)
+  prose = ' '.join(section.split())
+  for claim in grid_lib.load_grid(ROUND4_GRID).claims:  # Each pre-registered claim, verbatim.
+    assert ' '.join(claim.text.split()) in prose, claim.text
+  printed = io.StringIO()
+  with contextlib.redirect_stdout(printed):
+    round4_estimate.print_table('')
+  assert printed.getvalue().strip() in section  # The estimate is the script's table.
+
+
+@pytest.mark.skipif(not claim_history.has_history(), reason='needs the checkout\'s git history')
+@pytest.mark.parametrize('grid_file, results', [
+    ('fashion_mnist_grid.py', 'docs/study/results.jsonl'),
+    ('fashion_mnist_round3.py', 'docs/study/round3/results.jsonl'),
+    ('fashion_mnist_round4.py', 'docs/study/round4/results.jsonl')])
+def test_each_claim_says_when_it_was_written_as_git_shows_it(grid_file, results):
+  """A claim's `written` date and `recorded_then` count are those of the commit that added it
+  (a claim not committed yet: today's plan, before its runs)."""
+  history = claim_history.history(f'research/small_data/{grid_file}', results)
+  found = {claim.text: (date, recorded, total) for claim, date, recorded, total in history}
+  assert not claim_history.check([claim for claim, *_ in history], found)
+  for claim, *_ in history:  # A revision's date is git's too (a reworded claim: its rewording).
+    if claim.revised and claim.registered_as:
+      current = claim_history.first_written(
+          dataclasses.replace(claim, registered_as=''),
+          claim_history.versions(f'research/small_data/{grid_file}'))
+      assert current is None or current.date in claim.revised, claim.text
+
+
+def test_claims_give_relative_error_logits_and_each_rows_compute():
+  table = grid_lib.Table('t', 'T', row='arm', col='pct')
+  runs = [grid_lib.Run(f'{a}{s}', 'x', dict(arm=a, pct=1, seed=s)) for a in 'ab' for s in range(3)]
+  accuracy = {'a': (.80, .82, .84), 'b': (.70, .72, .74)}
+  records_ = {r.name: dict(accuracy_test=accuracy[r.tags['arm']][r.tags['seed']], steps=900,
+                           forward_flops=19e6 if r.tags['arm'] == 'a' else 62e6)
+              for r in runs}
+  claim = grid_lib.difference_claim('a beats b', 't', 'a', 'b', 1, written='2026-11-29',
+                                    recorded_then=0)
+  grid = grid_lib.Grid(runs=runs, tables=(table,), claims=(claim,))
+  ratios = np.log([20 / 30, 18 / 28, 16 / 26])
+  assert report.claim_effects(claim, table, runs, records_, report.log_error) == pytest.approx(
+      ratios)
+  row = report.claims_markdown(grid, records_).splitlines()[-1]
+  assert row.endswith('| a: 19.0 × 900; b: 62.0 × 900 | 2026-11-29, before its runs |'), row
+  relative = report.relative_markdown(grid, records_).splitlines()[-1]
+  assert relative.startswith(f'| a beats b | {100 * (np.exp(ratios.mean()) - 1):+.1f} | ')
+  assert relative.count('supported') == 2  # Fewer errors, a higher logit: both scales agree.
+  target = dataclasses.replace(claim, terms=((1, 'a'),), target=80.)
+  assert report.claim_effects(target, table, runs, records_) == pytest.approx([0., 2., 4.])
+  deltas = report.paired_deltas(dataclasses.replace(table, baseline='b'), runs, records_)
+  assert deltas.splitlines()[-1].endswith(
+      f'+10.00 ± 0.00 (3 of 3 > 0); error {100 * (np.exp(ratios.mean()) - 1):+.1f}% |')
 
 
 def test_the_round3_estimate_adds_each_stage_at_half_the_probe_as_budget():
@@ -1010,3 +1142,150 @@ def test_a_label_free_pretraining_run_records_its_loss_not_accuracies_or_flops(t
   assert record['accuracy_test'] is None and record['train_flops'] is None
   assert '| mae |  |  |  | 100 | 12800 |' in report.runs_markdown(
       [grid_lib.Run('mae', 'python x')], {'mae': record})
+
+
+ROUND4_GRID = os.path.join(ROOT, 'research', 'small_data', 'fashion_mnist_round4.py')
+ROUND4_CANDIDATES = ('r4_hybrid_p1_probe', 'r4_swin_p1_probe', 'r4_vit_mae_p1_probe')
+
+
+def test_round4_starts_from_round3s_choices_and_distils_from_the_teacher_of_each_slice():
+  grid = grid_lib.load_grid(ROUND4_GRID)
+  assert [r.name for r in grid.runs] == [
+      'r4_resnet_strong_p1_s0', 'r4_resnet_strong_p1_s1', 'r4_resnet_strong_p1_s2',
+      'r4_mae_pretrain', *ROUND4_CANDIDATES, 'r4_resnet_distill_p1_probe']
+  # The teachers are round 3's strong ResNet as it chose it, slice for slice.
+  round3 = records.read_results(os.path.join(ROOT, 'docs', 'study', 'round3', 'results.jsonl'))
+  for s in range(3):
+    r3 = next(r for r in round3.values() if r['tags'].get('row') == 'ResNet strong'
+              and r['tags']['seed'] == s and r['tags'].get('chosen'))
+    mine = next(r for r in grid.runs if r.name == f'r4_resnet_strong_p1_s{s}')
+    assert r3['command'].split(' --workdir=')[0] == mine.command.replace('{out}', 'runs/study3')
+  probes = {r.name: r.command for r in grid.runs if r.name.endswith('_probe')}
+  for command in probes.values():  # Seed 0's teacher, hard, at the round-3 arm's lr.
+    assert ('seed=0,' in command and 'steps=6000,' in command and 'evals=10' in command
+            and '--config.distill.kind=hard' in command)
+    assert command.count('--config.distill.teacher_path={out}/r4_resnet_strong_p1_s0/') == 1
+  assert 'lr=1.5e-3' in probes['r4_hybrid_p1_probe'] and 'lr=4e-3' in probes['r4_swin_p1_probe']
+  # A distillation token where the model has one from scratch; MAE's encoder has none to load.
+  assert ['--config.model.distilled=True' in c for c in probes.values()] == [
+      True, False, False, False]
+  assert probes['r4_vit_mae_p1_probe'].endswith(' --config.pretrained_path={out}/r4_mae_pretrain')
+  with pytest.raises(ValueError, match=r"Unknown candidate 'deit' in candidates=hybrid\+deit"):
+    grid_lib.load_grid(f'{ROUND4_GRID}:candidates=hybrid+deit')
+
+
+def test_round4_chooses_the_recipe_then_lr_and_kind_on_validation_and_gives_the_resnet_the_same():
+  grid = grid_lib.load_grid(ROUND4_GRID)
+  records_ = {}
+  probe_val = {'r4_hybrid_p1_probe': .71, 'r4_swin_p1_probe': .74, 'r4_vit_mae_p1_probe': .72}
+  _finish(grid, records_, lambda run: probe_val.get(run.name, .7))
+  grid = grid.resolve(records_)
+  sweep = [r for r in grid.runs if r.tags.get('arm') == 'sweep']  # Swin's: the best probe.
+  assert {(r.tags['lr'], r.tags['kind']) for r in sweep} == {
+      (lr, k) for lr in ('5e-4', '1.5e-3', '4e-3') for k in ('hard', 'soft')}
+  assert all(r.name.startswith('r4_swin_p1_s0_') and 'steps=500,' in r.command for r in sweep)
+  assert all('--config.distill.temperature=4' in r.command for r in sweep
+             if r.tags['kind'] == 'soft')
+  # The choice reads validation only: 1.5e-3 soft, though its test accuracy is the lowest.
+  best = lambda run: .9 if run.tags.get('lr') == '1.5e-3' and run.tags.get('kind') == 'soft' else .8  # noqa: E731,E501
+  _finish(grid, records_, best)
+  records_['r4_swin_p1_s0_lr1.5e-3_soft']['accuracy_test'] = .1
+  grid = grid_lib.fully_resolved(grid, records_)
+  names = [r.name for r in grid.runs]
+  seeds = [r for r in grid.runs if r.name in ('r4_swin_p1_s1', 'r4_swin_p1_s2')]
+  assert all('lr=1.5e-3' in r.command and '--config.distill.kind=soft' in r.command
+             and f'r4_resnet_strong_p1_s{r.tags["seed"]}/params.npz' in r.command for r in seeds)
+  fair = [r for r in grid.runs if r.name.startswith('r4_resnet_distill_p1_s0_')]
+  assert len(fair) == 3 and all(r.tags['kind'] == 'soft' for r in fair)  # The ViT's kind.
+  assert names.index('r4_swin_p1_s2') < names.index(fair[0].name)
+  _finish(grid, records_, best)
+  grid = grid_lib.fully_resolved(grid, records_)
+  assert 'r4_resnet_distill_p1_s2' in {r.name for r in grid.runs}
+  _finish(grid, records_, best)
+  tables = {t.name: t for t in grid.tables}
+  for claim in grid.claims:  # The 1% claims have their three slices; the full part, none.
+    slices = len(report.claim_effects(claim, tables[claim.table], grid.runs, records_))
+    assert slices == (0 if claim.table == 'r4_full' else 3), claim.text
+  assert all(c.written == '2026-11-29' and c.recorded_then == 0 for c in grid.claims)
+  assert not [r for r in grid.runs if r.name.startswith('r4_full_')]  # Not a default part.
+
+
+def test_round4_full_part_chooses_arm_augmentation_and_epochs_on_validation_beside_resnet18():
+  arg = 'parts=combined+full,full_archs=hybrid56+swin28,full_epochs=2+4'
+  grid = grid_lib.load_grid(f'{ROUND4_GRID}:{arg}')
+  screen = [r for r in grid.runs if r.tags.get('arm') == 'full_val']
+  assert [r.name for r in screen] == [f'r4_full_{a}_{g}_e2_val' for a in ('hybrid56', 'swin28')
+                                      for g in ('flip', 'strong')]
+  assert all(r.command.endswith('split=val') for r in screen)
+  records_ = {}
+  _finish(grid_lib.Grid(runs=screen), records_,
+          lambda run: .9 if run.name == 'r4_full_hybrid56_strong_e2_val' else .8)
+  grid = grid.resolve(records_)
+  later = [r.name for r in grid.runs if r.tags.get('arm') == 'full_val'][4:]
+  assert later == ['r4_full_hybrid56_strong_e4_val', 'r4_full_resnet18_strong_e2_val',
+                   'r4_full_resnet18_strong_e4_val']
+  resnet = next(r for r in grid.runs if r.name == 'r4_full_resnet18_strong_e4_val')
+  assert 'arch=resnet18,aug=strong,epochs=4,size=56,split=val' in resnet.command
+  _finish(grid_lib.Grid(runs=[r for r in grid.runs if r.tags.get('arm') == 'full_val']),
+          records_, lambda run: .95 if 'e4' in run.name else .8)
+  grid = grid.resolve(records_)
+  finals = {r.name: r.command for r in grid.runs if r.tags.get('arm') == 'full'}
+  assert set(finals) == {f'r4_full_{n}_s{s}' for n in ('vit', 'resnet18') for s in range(3)}
+  assert finals['r4_full_vit_s1'].endswith('arch=hybrid56,aug=strong,epochs=4,seed=1')
+  # The students wait for the 1% part's distillation kind, then learn from their ResNet-18.
+  for _ in range(3):  # Probes, the sweep, the seeds of the 1% part.
+    _finish(grid, records_, lambda run: .9 if run.tags.get('lr') == '4e-3' else .8)
+    grid = grid_lib.fully_resolved(grid, records_)
+  student = next(r for r in grid.runs if r.name == 'r4_full_student_s2')
+  assert student.command.endswith('distill=hard,seed=2 --config.distill.teacher_path={out}/'
+                                  'r4_full_resnet18_s2/params.npz')
+  alone = grid_lib.fully_resolved(grid_lib.load_grid(f'{ROUND4_GRID}:parts=full'), {})
+  assert {r.name for r in alone.runs} == {f'r4_full_{a}_{g}_e22_val' for a in (
+      'hybrid56', 'swin28') for g in ('flip', 'strong')}
+
+
+def test_round4_estimate_adds_its_stages_from_the_rates():
+  rates = round4_estimate.Rates(
+      step=collections.defaultdict(lambda: 1.), probe=collections.defaultdict(lambda: 2.),
+      teacher=.5, mae=100., full=3., resnet_flops=round4_estimate.RESNET18_FLOPS / 10,
+      budget_share=collections.defaultdict(lambda: .5))
+  got = round4_estimate.estimate_seconds('probe_steps=100', rates)
+  run = 1.5 * 50  # A distilled step (1 + 0.5 s) at half the probe.
+  assert got == dict(teachers=3 * 1. * 4200, mae=100., probes=4 * 2.5 * 100,
+                     sweep=3 * 2 * run, edge=2 * run, seeds=2 * run, fair_sweep=4 * run,
+                     fair_seeds=2 * run, fewshot=(3 + 4 + 4 * 2 + 2 + 4 + 2) * 30.)
+  full = round4_estimate.estimate_seconds('parts=full,full_epochs=1+2', rates)
+  r18 = 1. * 10 * 4  # The ResNet's step x 10 by FLOPs x 4 at 56px.
+  assert full['full_resnet18_epochs'] == pytest.approx(r18 * 3 * 54_000 / 128)
+  assert full['full_screen'] == pytest.approx((3 + 3 + 1 + 1) * 54_000 / 128)
+  measured = round4_estimate.measured_rates()  # From the committed records, as the page says.
+  assert 0 < measured.teacher < measured.step['ViT', 'plain']
+  assert measured.budget_share['hybrid', 'strong'] == 4200 / 6000
+
+
+def test_the_full_data_recipe_trains_and_predict_reads_its_run(tmp_path):
+  """configs/fashion_mnist_95.py shrunk (mocked TFDS): its run directory is a checkpoint that
+  `vit_jax.predict` labels images with; `arch=resnet18` says what it waits for."""
+  config = config_lib.load_config_module(os.path.join(ROOT, 'configs', 'fashion_mnist_95.py'))
+  full = config_lib.load_config_module(os.path.join(ROOT, 'configs', 'fashion_mnist_full.py'))
+  assert config.get_config('').to_dict() == dict(
+      full.get_config('pretrain').to_dict(), num_epochs=22.)  # Round 3's r3_full_e22.
+  if 'ResNet-18_28px' not in presets.MODEL_CONFIGS:
+    with pytest.raises(ValueError, match='needs the ResNet-18_28px preset'):
+      config.get_config('arch=resnet18')
+  env = dict(os.environ, JAX_PLATFORMS='cpu', VIT_JAX_HUGEPAGES='0',
+             PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get('PYTHONPATH')])))
+  run_dir = tmp_path / 'run'
+  subprocess.run([sys.executable, os.path.join(ROOT, 'tests', 'mocked_run.py'), 'vit_jax.main',
+                  '--config=configs/fashion_mnist_95.py:arch=swin28,aug=strong,epochs=1,'
+                  'split=val,runlocal', f'--workdir={run_dir}'],
+                 cwd=ROOT, env=env, check=True, capture_output=True, timeout=600)
+  image = tmp_path / 'shoe.png'
+  Image.fromarray(np.zeros((28, 28, 3), np.uint8)).save(image)
+  out = subprocess.run([sys.executable, '-m', 'vit_jax.predict', f'--checkpoint={run_dir}',
+                        '--json', str(image)], cwd=ROOT, env=env, check=True,
+                       capture_output=True, text=True, timeout=600).stdout
+  assert 'shoe.png' in out and any(name in out for name in ('Sneaker', 'Bag', 'Ankle boot',
+                                                            'T-shirt/top', 'Trouser',
+                                                            'Pullover', 'Dress', 'Coat',
+                                                            'Sandal', 'Shirt')), out

@@ -62,7 +62,7 @@ _DOC = flags.DEFINE_string('doc', None, 'A markdown file whose study:begin/end b
                            'the report (image links relative to it).')
 _DOC_MARKER = flags.DEFINE_string(
     'doc_marker', 'study', 'The --doc block to replace: between <!-- MARKER:begin --> and '
-    '<!-- MARKER:end --> (round 3: study3).')
+    '<!-- MARKER:end --> (round 3: study3; round 4: study4).')
 # --out is vit_jax's shared --out (the FLOPs count imports vit_jax.tools, which defines it).
 flags.declare_key_flag('out')
 FLAG_DEFAULTS = {'out': 'runs/study'}

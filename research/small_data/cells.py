@@ -27,6 +27,18 @@ def mean_std(values: Sequence[float]) -> Tuple[float, float]:
   return float(array.mean()), float(array.std(ddof=1)) if len(array) > 1 else 0.
 
 
+def t_half_width(values: Sequence[float], level: float = 0.95) -> float:
+  """Half the width of the `level` t-interval of the mean of `values` (0 for fewer than two:
+  one value says nothing about the spread). The verdicts' intervals and the plots' error bars
+  are both this one."""
+  if len(values) < 2:
+    return 0.
+  from scipy import stats  # Lazily: only reports with intervals need it.
+  array = np.asarray(values, np.float64)
+  return float(stats.t.ppf(0.5 + level / 2, len(array) - 1) * array.std(ddof=1)
+               / np.sqrt(len(array)))
+
+
 def table_cells(table: grid_lib.Table, runs: Sequence[grid_lib.Run]
                 ) -> Tuple[List[Any], List[Any], Dict[Tuple[Any, Any], List[str]]]:
   """(row values, column values, {(row, col): run names}) in the order the grid lists them."""

@@ -50,8 +50,16 @@ class Claim:
 
   `kind` 'greater': the claim is "effect > 0"; 'within': "|effect| < margin" (points), a claim
   that something matters little; 'at_least': "effect > -margin", a claim that one arm is as good
-  as another (within the margin) or better. The report gives each a 95% t-interval over the
-  slices and a verdict (report.verdict).
+  as another (within the margin) or better. With `target` (an accuracy in %), the effect is the
+  sum minus the target, e.g. ((1, 'recipe'),) with target 95.0: "the recipe reaches 95%". The
+  report gives each a 95% t-interval over the slices and a verdict (report.verdict), in points,
+  in relative error and on the logit scale.
+
+  When it was written is part of the claim: `written` is the date of the commit that added it
+  and `recorded_then` how many of its runs had a committed finished record at that commit (0:
+  written before its data), both read from git (claim_history.py; tests/test_study.py checks
+  them); `revised` says what changed since and when (its test, its wording), and
+  `registered_as` keeps its wording when written, if reworded since ('' = `text`).
   """
   text: str
   table: str
@@ -59,6 +67,14 @@ class Claim:
   col: Any
   kind: str = 'greater'
   margin: float = 1.
+  target: Optional[float] = None
+  written: str = ''
+  recorded_then: int = -1  # -1: not known (a claim without `written`); `ALL_RUNS`: all of them.
+  revised: str = ''
+  registered_as: str = ''
+
+
+ALL_RUNS = 1_000_000  # Claim.recorded_then of a claim written after every one of its runs.
 
 
 def difference_claim(text: str, table: str, plus: Any, minus: Any, col: Any, **kwargs) -> Claim:

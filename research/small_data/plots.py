@@ -1,9 +1,14 @@
 """The report's plots: a table's metric over its columns, and each run's metric over its compute.
 
-One colour and marker per row (up to 20 rows), the legend outside the axes; matplotlib is
-imported lazily, since the runner itself does not plot.
+Error bars are the 95% t-interval of each cell's mean over its runs (the slices), the interval
+the verdicts use (cells.t_half_width), not their standard deviation. Rows at the same column
+are drawn side by side (dodged), so none hides another. One colour and marker per row (up to 20
+rows); legends sit right of the axes, in as many columns as keep them no taller than the plot;
+the compute plot has one legend for its rows (colours) and one for its columns (markers), not
+one entry per pair. matplotlib is imported lazily, since the runner itself does not plot.
 """
 
+import math
 from typing import Any, Dict, Mapping, Sequence
 
 import numpy as np
@@ -13,6 +18,12 @@ from research.small_data import grid as grid_lib
 
 # Up to 20 rows get a colour and a marker each (tab20 has 20 distinct colours).
 MARKERS = ('o', 's', '^', 'D', 'v', 'P', 'X', '<', '>', '*')
+# Legend entries one column holds beside a 4-inch plot at the 'small' font (~13 pt an entry
+# against the axes' ~220 pt): a longer legend gets more columns instead of outgrowing the plot.
+LEGEND_ROWS = 14
+# Rows at one column are spread over this share of the smallest gap between columns.
+DODGE_SHARE = 0.3
+BARS = '(bars: 95% interval of the mean over the slices)'
 
 
 def row_style(index: int) -> Dict[str, Any]:
@@ -33,29 +44,31 @@ def pyplot():
 
 def plot_table(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
                records: Mapping[str, Dict[str, Any]], png_path: str) -> None:
-  """`metric` per row over the columns: lines over numeric columns (in increasing order),
-  grouped bars otherwise. A row without a finished run is not drawn (nor in the legend)."""
+  """`metric` per row over the columns: lines over numeric columns (in increasing order; rows
+  dodged around each column), grouped bars otherwise; error bars the 95% t-interval of each
+  cell's mean. A row without a finished run is not drawn (nor in the legend)."""
   plt = pyplot()
   rows, cols, cells = cells_lib.table_cells(table, runs)
   numeric = all(isinstance(c, (int, float)) for c in cols)
+  order = sorted(enumerate(cols), key=lambda jc: jc[1] if numeric else jc[0])
+  values = {r: [(j, c, cells_lib.finished_values(cells.get((r, c), ()), records, table.metric))
+                for j, c in order] for r in rows}
+  drawn = [r for r in rows if any(done for _, _, done in values[r])]
   fig, ax = plt.subplots(figsize=(6.4, 4))
-  for i, r in enumerate(rows):
-    xs, means, stds = [], [], []
-    for j, c in sorted(enumerate(cols), key=lambda jc: jc[1] if numeric else jc[0]):
-      done = cells_lib.finished_values(cells.get((r, c), ()), records, table.metric)
-      if done:
-        mean, std = cells_lib.mean_std(done)
-        xs.append(c if numeric else j + (i - (len(rows) - 1) / 2) * 0.8 / len(rows))
-        means.append(mean)
-        stds.append(std)
-    if not xs:
-      continue
+  for k, r in enumerate(drawn):
+    i = rows.index(r)
+    points = [(j, c, cells_lib.mean_std(done)[0], cells_lib.t_half_width(done))
+              for j, c, done in values[r] if done]
     style = row_style(i)
     if numeric:
-      ax.errorbar(xs, means, yerr=stds, capsize=3, label=str(r), **style)
+      xs = [dodge(c, k, len(drawn), cols, table.log_x) for _, c, _, _ in points]
+      ax.errorbar(xs, [m for *_, m, _ in points], yerr=[h for *_, h in points], capsize=3,
+                  label=str(r), **style)
     else:
-      ax.bar(xs, means, width=0.8 / len(rows), yerr=stds, capsize=3, label=str(r),
-             color=style['color'], hatch=('', '//', '..', 'xx')[i // 20 % 4])
+      xs = [j + (k - (len(drawn) - 1) / 2) * 0.8 / len(drawn) for j, *_ in points]
+      ax.bar(xs, [m for *_, m, _ in points], width=0.8 / len(drawn),
+             yerr=[h for *_, h in points], capsize=3, label=str(r), color=style['color'],
+             hatch=('', '//', '..', 'xx')[i // 20 % 4])
   if numeric and table.log_x:
     ax.set_xscale('log')
     ax.minorticks_off()  # Only the columns' own ticks: log minor labels would overlap them.
@@ -63,32 +76,58 @@ def plot_table(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
     ax.set_xticks(cols, [str(c) for c in cols])
   else:
     ax.set_xticks(range(len(cols)), [str(c) for c in cols])
-  ax.set(xlabel=table.col_label.strip(' :'), ylabel=f'{cells_lib.metric_name(table.metric)} (%)',
-         title=table.title)
-  _finish_plot(plt, fig, ax, png_path)
+  xlabel = table.col_label.strip(' :')
+  if numeric and len(drawn) > 1 and xlabel:
+    xlabel += ' (rows drawn side by side)'
+  ax.set(xlabel=xlabel, ylabel=f'{cells_lib.metric_name(table.metric)} (%)')
+  bars = any(len(done) > 1 for r in drawn for _, _, done in values[r])
+  ax.set_title(f'{table.title}\n{BARS}' if bars else table.title, fontsize='medium')
+  _finish_plot(plt, fig, ax, png_path, [ax.get_legend_handles_labels()])
+
+
+def dodge(x: float, k: int, n: int, cols: Sequence[float], log: bool) -> float:
+  """Where the `k`-th of `n` rows draws its point of column `x`: spread symmetrically around
+  it over `DODGE_SHARE` of the smallest gap between columns (in decades on a log axis)."""
+  if n < 2:
+    return x
+  ticks = sorted({math.log10(c) if log else c for c in cols})
+  gap = min((b - a for a, b in zip(ticks, ticks[1:])), default=1.)
+  offset = (k - (n - 1) / 2) * DODGE_SHARE * gap / n
+  return x * 10**offset if log else x + offset
 
 
 def plot_compute(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
                  records: Mapping[str, Dict[str, Any]], png_path: str) -> None:
-  """Each finished run of the table: `metric` over its training FLOPs (log); a colour per row,
-  and per column (the data fraction) a marker of its own, so fractions are told apart."""
+  """Each finished run of the table: `metric` over its training FLOPs (log); a colour per row
+  and a marker per column (e.g. the data fraction), each with a legend of its own."""
+  from matplotlib import lines  # Lazily, as pyplot.
   plt = pyplot()
   rows, cols, cells = cells_lib.table_cells(table, runs)
   fig, ax = plt.subplots(figsize=(6.4, 4))
+  shown_rows, shown_cols = [], []
   for i, r in enumerate(rows):
     for j, c in enumerate(cols):
       names = [n for n in cells.get((r, c), ())
                if records.get(n, {}).get(table.metric) is not None
                and records[n].get('train_flops') is not None]
+      if not names:
+        continue
       ax.scatter([records[n]['train_flops'] for n in names],
                  [100 * records[n][table.metric] for n in names], alpha=.8,
-                 color=row_style(i)['color'], marker=MARKERS[j % len(MARKERS)],
-                 label=f'{r}, {table.col_label}{c}' if names else None)
+                 color=row_style(i)['color'], marker=MARKERS[j % len(MARKERS)])
+      shown_rows += [i] if i not in shown_rows else []
+      shown_cols += [j] if j not in shown_cols else []
   ax.set_xscale('log')
   _readable_log_ticks(ax)
   ax.set(xlabel='training FLOPs (3 x forward x images seen)',
          ylabel=f'{cells_lib.metric_name(table.metric)} (%)', title=f'{table.title}: by compute')
-  _finish_plot(plt, fig, ax, png_path)
+  legends = [([lines.Line2D([], [], color=row_style(i)['color'], marker='o', linestyle='')
+               for i in shown_rows], [str(rows[i]) for i in shown_rows])]
+  if len(shown_cols) > 1:
+    legends.append(([lines.Line2D([], [], color='0.3', marker=MARKERS[j % len(MARKERS)],
+                                  linestyle='') for j in shown_cols],
+                    [f'{table.col_label}{cols[j]}' for j in shown_cols]))
+  _finish_plot(plt, fig, ax, png_path, legends)
 
 
 def _readable_log_ticks(ax) -> None:
@@ -112,9 +151,20 @@ def _power_of_ten_label(x: float, _=None) -> str:
   return f'${power}$' if mantissa == 1 else f'${mantissa}\\times{power}$'
 
 
-def _finish_plot(plt, fig, ax, png_path: str) -> None:
-  """Grid lines; the legend to the right of the axes, never over the data."""
+def _finish_plot(plt, fig, ax, png_path: str, legends: Sequence[Any]) -> None:
+  """Grid lines; the legends ((handles, labels) each, stacked) to the right of the axes, never
+  over the data, each in as many columns as keep the stack within `LEGEND_ROWS` rows."""
   ax.grid(alpha=.3)
-  ax.legend(fontsize='small', loc='upper left', bbox_to_anchor=(1.02, 1), borderaxespad=0)
-  fig.savefig(png_path, dpi=100, bbox_inches='tight')
+  legends = [(handles, labels) for handles, labels in legends if labels]
+  total = sum(len(labels) + 1 for _, labels in legends)  # A gap of one entry between legends.
+  columns = max(1, math.ceil(total / LEGEND_ROWS))
+  top, drawn = 1., []
+  for n, (handles, labels) in enumerate(legends):
+    drawn.append(ax.legend(handles, labels, fontsize='small', loc='upper left',
+                           bbox_to_anchor=(1.02, top), borderaxespad=0, ncol=columns))
+    if n < len(legends) - 1:
+      ax.add_artist(drawn[-1])  # Kept when the next legend call replaces the axes' legend.
+      fig.canvas.draw()
+      top = drawn[-1].get_window_extent().transformed(ax.transAxes.inverted()).y0 - .04
+  fig.savefig(png_path, dpi=100, bbox_inches='tight', bbox_extra_artists=drawn)
   plt.close(fig)

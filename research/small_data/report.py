@@ -7,11 +7,12 @@ of a write-up are generated, never typed.
 """
 
 import os
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from research.small_data import cells as cells_lib
+from research.small_data import claim_history
 from research.small_data import grid as grid_lib
 from research.small_data import plots
 
@@ -26,11 +27,8 @@ def t_interval(values: Sequence[float], level: float = 0.95) -> Optional[Tuple[f
   fewer than two (one slice says nothing about the spread between slices)."""
   if len(values) < 2:
     return None
-  from scipy import stats  # Lazily: only reports with claims need it.
-  array = np.asarray(values, np.float64)
-  mean = float(array.mean())
-  half = float(stats.t.ppf(0.5 + level / 2, len(array) - 1) * array.std(ddof=1)
-               / np.sqrt(len(array)))
+  mean = float(np.mean(np.asarray(values, np.float64)))
+  half = cells_lib.t_half_width(values, level)
   return mean, mean - half, mean + half
 
 
@@ -59,37 +57,108 @@ def verdict(values: Sequence[float], kind: str = 'greater', margin: float = 1.) 
   raise ValueError(f'Unknown claim kind {kind!r}; use greater, within or at_least.')
 
 
+def points(accuracy: float) -> float:
+  """The points scale: accuracy in %, as is."""
+  return accuracy
+
+
+def log_error(accuracy: float) -> Optional[float]:
+  """The relative-error scale: ln(error in %); a sum of its differences is the log of a ratio
+  of errors (None at 100% accuracy: no error to divide)."""
+  return float(np.log(100. - accuracy)) if accuracy < 100. else None
+
+
+def logit(accuracy: float) -> Optional[float]:
+  """The logit scale: ln(accuracy / error) (None at 0 or 100%)."""
+  return float(np.log(accuracy / (100. - accuracy))) if 0. < accuracy < 100. else None
+
+
 def claim_effects(claim: grid_lib.Claim, table: grid_lib.Table, runs: Sequence[grid_lib.Run],
-                  records: Mapping[str, Dict[str, Any]]) -> List[float]:
-  """The claim's effect (points) on each seed whose every term has a finished run."""
+                  records: Mapping[str, Dict[str, Any]],
+                  scale: Callable[[float], Optional[float]] = points) -> List[float]:
+  """The claim's effect on each seed whose every term has a finished run: the sum of its terms'
+  coefficients times `scale` of their accuracy in % (points: a difference in points;
+  `log_error`: the log of a ratio of errors; `logit`: a difference of logits), minus `scale` of
+  the claim's target accuracy when it has one."""
   _, _, cells = cells_lib.table_cells(table, runs)
   seed = {run.name: run.tags.get('seed') for run in runs}
   value = {}
   for (r, c), names in cells.items():
     for n in names:
       if c == claim.col and records.get(n, {}).get(table.metric) is not None:
-        value[(r, seed[n])] = 100 * records[n][table.metric]
+        value[(r, seed[n])] = scale(100 * records[n][table.metric])
   seeds = sorted({s for _, s in value}, key=str)
-  return [sum(coef * value[(row, s)] for coef, row in claim.terms) for s in seeds
-          if all((row, s) in value for _, row in claim.terms)]
+  target = 0. if claim.target is None else scale(claim.target)
+  return [sum(coef * value[(row, s)] for coef, row in claim.terms) - target for s in seeds
+          if all(value.get((row, s)) is not None for _, row in claim.terms)]
+
+
+def _effect_cells(effects: Sequence[float], fmt: Callable[[float], str]) -> Tuple[str, str]:
+  """(effect, interval) cells of a claim's per-slice effects, each value through `fmt`."""
+  interval = t_interval(effects)
+  if not effects:
+    return 'unfinished', ''
+  if interval is None:
+    return fmt(effects[0]), 'one slice: none'
+  return fmt(interval[0]), f'[{fmt(interval[1])}, {fmt(interval[2])}]'
+
+
+def arm_compute(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
+                records: Mapping[str, Dict[str, Any]], row: Any, col: Any) -> str:
+  """'19.0 × 5,400': the forward MFLOPs per image and the steps of a cell's finished runs
+  (several values joined by '/'; '' before any finished)."""
+  names = cells_lib.table_cells(table, runs)[2].get((row, col), [])
+  done = [records[n] for n in names if records.get(n, {}).get('forward_flops') is not None]
+  flops = sorted({f'{r["forward_flops"] / 1e6:.1f}' for r in done}, key=float)
+  steps = sorted({r['steps'] for r in done})
+  return f'{"/".join(flops)} × {"/".join(f"{n:,}" for n in steps)}' if done else ''
 
 
 def claims_markdown(grid: grid_lib.Grid, records: Mapping[str, Dict[str, Any]]) -> str:
-  """Each claim: its effect (mean of the paired differences), 95% interval, verdict."""
+  """Each claim: its effect (mean of the paired differences), 95% interval, verdict; the
+  compute of each of its rows (what else its arms differ in); when it was written (git)."""
   tables = {t.name: t for t in grid.tables}
-  lines = ['| claim | effect (points) | 95% interval | slices | verdict |',
-           '| --- | --- | --- | --- | --- |']
+  dated = any(c.written for c in grid.claims)
+  head = ['claim', 'effect (points)', '95% interval', 'slices', 'verdict',
+          'per row: fwd MFLOPs/image × steps'] + ['written (git)'] * dated
+  lines = ['| ' + ' | '.join(head) + ' |', '|' + ' --- |' * len(head)]
   for claim in grid.claims:
-    effects = claim_effects(claim, tables[claim.table], grid.runs, records)
-    interval = t_interval(effects)
-    if not effects:
-      effect, span = 'unfinished', ''
-    elif interval is None:
-      effect, span = f'{effects[0]:+.2f}', 'one slice: none'
-    else:
-      effect, span = f'{interval[0]:+.2f}', f'[{interval[1]:+.2f}, {interval[2]:+.2f}]'
+    table = tables[claim.table]
+    effects = claim_effects(claim, table, grid.runs, records)
+    effect, span = _effect_cells(effects, lambda x: f'{x:+.2f}')
     word = verdict(effects, claim.kind, claim.margin) if effects else 'undecided'
-    lines.append(f'| {claim.text} | {effect} | {span} | {len(effects)} | {word} |')
+    computes = [(row, arm_compute(table, grid.runs, records, row, claim.col))
+                for _, row in claim.terms]
+    compute = '; '.join(f'{row}: {c}' for row, c in computes if c)
+    cells = [claim.text, effect, span, str(len(effects)), word, compute]
+    if dated:
+      runs = claim_history.claim_runs(claim, grid)
+      cells.append(claim_history.written_label(claim, len(set(runs))))
+    lines.append('| ' + ' | '.join(cells) + ' |')
+  return '\n'.join(lines)
+
+
+def relative_markdown(grid: grid_lib.Grid, records: Mapping[str, Dict[str, Any]]) -> str:
+  """Each claim in relative error (the ratio of its rows' errors, 100 − accuracy: Π error^coef,
+  as a change in %) and on the logit scale, each with its 95% interval over slices and, for a
+  claim that an effect is positive, the verdict that interval supports (the margins of the
+  other kinds are in points)."""
+  tables = {t.name: t for t in grid.tables}
+  lines = ['| claim | error change (%) | 95% interval | verdict | logit effect | 95% interval | '
+           'verdict |', '| --- | --- | --- | --- | --- | --- | --- |']
+  for claim in grid.claims:
+    table = tables[claim.table]
+    ratios = claim_effects(claim, table, grid.runs, records, log_error)
+    logits = claim_effects(claim, table, grid.runs, records, logit)
+    change = _effect_cells(ratios, lambda x: f'{100 * (np.exp(x) - 1):+.1f}')
+    shift = _effect_cells(logits, lambda x: f'{x:+.3f}')
+    if claim.kind == 'greater':  # Fewer errors is the claim's side: a log ratio below 0.
+      words = (verdict([-r for r in ratios]) if ratios else 'undecided',
+               verdict(logits) if logits else 'undecided')
+    else:
+      words = ('margin in points',) * 2
+    lines.append(f'| {claim.text} | {change[0]} | {change[1]} | {words[0]} | {shift[0]} | '
+                 f'{shift[1]} | {words[1]} |')
   return '\n'.join(lines)
 
 
@@ -131,7 +200,9 @@ def baselines(table: grid_lib.Table, rows: Sequence[Any]) -> Dict[Any, Any]:
 def paired_deltas(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
                   records: Mapping[str, Dict[str, Any]]) -> str:
   """Markdown: per row and column, `metric` minus the baseline row's run with the same seed
-  (same slice), in points: mean ± std over the pairs, and how many pairs are above 0."""
+  (same slice), in points: mean ± std over the pairs, how many pairs are above 0, and the
+  change of the error (100 − `metric`) relative to the baseline's (the geometric mean over the
+  pairs of error / baseline's error, minus 1: −25% is a quarter fewer errors)."""
   rows, cols, cells = cells_lib.table_cells(table, runs)
   seed = {run.name: run.tags.get('seed') for run in runs}
   value = {(r, c, seed[n]): 100 * records[n][table.metric] for (r, c), names in cells.items()
@@ -150,7 +221,13 @@ def paired_deltas(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
         continue
       mean, std = cells_lib.mean_std(diffs)
       spread = f' ± {std:.2f}' if len(diffs) > 1 else ''
-      cells.append(f'{mean:+.2f}{spread} ({sum(d > 0 for d in diffs)} of {len(diffs)} > 0)')
+      ratios = [log_error(v) - log_error(value[(base, c, s)])
+                for (row, col, s), v in value.items() if row == r and col == c
+                and (base, c, s) in value and v < 100 and value[(base, c, s)] < 100]
+      error = (f'; error {100 * (np.exp(np.mean(ratios)) - 1):+.1f}%'
+               if len(ratios) == len(diffs) else '')
+      cells.append(f'{mean:+.2f}{spread} ({sum(d > 0 for d in diffs)} of {len(diffs)} > 0)'
+                   f'{error}')
     lines.append('| ' + ' | '.join([f'{r} − {base}'] + cells) + ' |')
   return '\n'.join(lines)
 
@@ -216,8 +293,22 @@ def report_markdown(grid: grid_lib.Grid, records: Mapping[str, Dict[str, Any]], 
               'mean over the slices; "supported" needs the whole interval on the claim\'s side '
               '(for "matters little", inside ± its margin; for "as good as", above minus its '
               'margin), "not supported" the whole interval on the other side; one slice is '
-              'always "undecided".',
-              claims_markdown(grid, records)]
+              'always "undecided". Beside each claim, the compute of each of its rows (forward '
+              'MFLOPs per image × training steps, from the records): an effect between rows '
+              'that differ in compute, tokens or regularisation as well as in architecture is '
+              'the effect of all of those together. "written (git)": the date of the commit '
+              'that added the claim, and how many of its runs had a committed record then '
+              '(research/small_data/claim_history.py; tests/test_study.py checks it).',
+              claims_markdown(grid, records),
+              '### The claims in relative error and on the logit scale',
+              'A point is worth more near 100% than near 70%: the same claims as the ratio of '
+              'their rows\' errors (error = 100 − accuracy; a two-row claim\'s "−25%" means its '
+              'first row makes a quarter fewer errors than its second; a claim of four rows, '
+              'the ratio of the two ratios) and as a difference of logits, ln(accuracy / error), '
+              'each paired by slice, its 95% t-interval over the slices (of the log of the '
+              'ratio, shown as a change in %) and its verdict for a claim that an effect is '
+              'positive (fewer errors, a higher logit).',
+              relative_markdown(grid, records)]
   for table in grid.tables:
     parts += [f'### {table.title}', table_markdown(table, grid.runs, records)]
     if table.baseline:
@@ -241,7 +332,8 @@ def no_results_block(results: str) -> str:
 
 
 def doc_markers(marker: str = 'study') -> Tuple[str, str]:
-  """The begin and end lines of a generated block ('study': round 2's; 'study3': round 3's)."""
+  """The begin and end lines of a generated block ('study': round 2's; 'study3', 'study4': round
+  3's, round 4's)."""
   return f'<!-- {marker}:begin -->', f'<!-- {marker}:end -->'
 
 
