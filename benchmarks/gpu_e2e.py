@@ -129,7 +129,8 @@ def settings_from_flags(fv: flags.FlagValues) -> Settings:
   values.update({k: fv[k].value for k in values if k in fv and fv[k].value is not None})
   settings = Settings(
       preset=preset, attention_impl=fv.attention_impl, dtype=fv.dtype,
-      pad_tokens=fv.pad_tokens, peak_tflops=fv.peak_tflops, prefetch=fv.prefetch, xla_flags=fv.xla_flags, timm=fv.timm,
+      pad_tokens=fv.pad_tokens, peak_tflops=fv.peak_tflops, prefetch=fv.prefetch,
+      xla_flags=fv.xla_flags, timm=fv.timm,
       out=os.path.abspath(fv.out),
       scratch=os.path.abspath(fv.scratch or f'/tmp/gpu_e2e{"_tiny" if fv.tiny else ""}'),
       **values)

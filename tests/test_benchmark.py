@@ -1,5 +1,6 @@
 """Smoke tests of `benchmarks/vs_timm.py` (no timing asserts) and of the CPU attention fast path."""
 
+import json
 import os
 import subprocess
 import sys
@@ -119,3 +120,31 @@ def test_timm_vit_is_our_model_in_timm():
   timm_vit.train_step(theirs, theirs, x, y, timm_vit.optimizer(theirs),
                       timm_vit.autocast('cpu', 'float32'))
   assert all(not torch.equal(a, b) for a, b in zip(before, theirs.parameters()))
+
+
+def test_quickstart_steps_benchmark_reads_its_runs_and_prints_the_ratio(tmp_path):
+  """`benchmarks/quickstart_steps.py`: the quickstart's stage-1 config shortened, a run's
+  intervals read from its metrics.jsonl (training mocked: seconds, not a run), the summary."""
+  import quickstart_steps  # noqa: PLC0415  # A script in benchmarks/.
+  config = quickstart_steps.stage1_config(quickstart_steps.REPO, 300, {'batch': 64})
+  assert (config.total_steps, config.batch, config.pp.crop) == (300, 64, 28)
+  assert config.progress_every == 50 and config.model.hidden_size == 128
+
+  def fake_run(config, workdir):
+    os.makedirs(workdir)
+    with open(os.path.join(workdir, 'metrics.jsonl'), 'w') as f:
+      for step, rate in ((50, 1.), (100, 10.), (100, 0.5)):
+        row = {'step': step, 'img_sec_core_train': rate} if rate > 0.6 else {'test_acc': rate}
+        f.write(json.dumps(row) + '\n')
+
+  result = quickstart_steps.run_stage1(config, str(tmp_path / 'run'), fake_run)
+  assert result['steps'] == [50, 100] and result['img_s_core'] == [1., 10.]
+  assert result['cpu_ms_per_img'] == []  # Measured only around vit_jax's own training.
+  ref = dict(result, name='ref', round=0, img_s_core=[1., 10., 20., 30.],
+             cpu_ms_per_img=[2., 2.5, 3.])
+  ours = dict(result, name='ours', round=0, img_s_core=[1., 12., 24., 36.],
+              cpu_ms_per_img=[2., 2., 2.])
+  assert quickstart_steps.speed(ref) == 20.  # The first interval (the compile) left out.
+  text = quickstart_steps.summary([ref, ours])
+  assert 'ours / ref, img/s/core: median 1.200, range 1.200-1.200 over 1 rounds' in text
+  assert 'ours / ref, CPU ms per image: median 0.800' in text

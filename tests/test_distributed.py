@@ -11,6 +11,7 @@ import signal
 import socket
 import sys
 import time
+from unittest import mock
 
 import jax
 import jax.numpy as jnp
@@ -125,12 +126,13 @@ def free_port():
 
 
 def launch(config_path, workdir, *, process_id=None, num_processes=None, port=None,
-           devices=2, args=(), cwd=ROOT):
-  """`python -m vit_jax.main` in `cwd`; `workdir=None` leaves the run directory to the command."""
+           devices=2, args=(), cwd=ROOT, python=('-m', 'vit_jax.main')):
+  """`python -m vit_jax.main` in `cwd`; `workdir=None` leaves the run directory to the command.
+  `python=('-c', CODE)` runs CODE instead, with the same arguments (CODE calls `main.run()`)."""
   env = dict(os.environ, XLA_FLAGS=f'--xla_force_host_platform_device_count={devices}',
              JAX_PLATFORMS='cpu')
   env.pop('JAX_NUM_CPU_DEVICES', None)
-  command = [sys.executable, '-m', 'vit_jax.main', f'--config={config_path}']
+  command = [sys.executable, *python, f'--config={config_path}']
   command += [f'--workdir={workdir}'] if workdir else []
   command += list(args)
   if process_id is not None:
@@ -158,6 +160,24 @@ def wait_for_checkpoint(procs, workdir, step=2):
   while not os.path.isdir(os.path.join(workdir, 'train_state', str(step))):
     assert time.time() < deadline and all(p.poll() is None for p in procs), 'no checkpoint'
     time.sleep(0.2)
+
+
+def seconds_from_checkpoint_to_exit(procs, checkpoints, timeout=120):
+  """Called right after a SIGTERM: seconds from the stop's checkpoint (the first step directory
+  of `checkpoints` that is not there yet) appearing to each process's exit."""
+  def steps():
+    return {name for name in os.listdir(checkpoints) if name.isdigit()}
+  before, saved, ended = steps(), None, [None] * len(procs)
+  deadline = time.time() + timeout
+  while None in ended:
+    assert time.time() < deadline, 'did not exit'
+    if saved is None and steps() - before:
+      saved = time.time()
+    ended = [end or (time.time() if p.poll() is not None else None)
+             for p, end in zip(procs, ended)]
+    time.sleep(0.05)
+  assert saved is not None, 'no checkpoint saved after the SIGTERM'
+  return [end - saved for end in ended]
 
 
 @pytest.mark.slow
@@ -188,8 +208,12 @@ def test_two_processes_equal_one_after_sigterm_to_one_and_a_damaged_checkpoint(t
   procs = launch_pair(config_path, multi_dir)
   wait_for_checkpoint(procs, multi_dir)
   procs[1].send_signal(signal.SIGTERM)
+  to_exit = seconds_from_checkpoint_to_exit(procs, os.path.join(multi_dir, 'train_state'))
   first = [p.communicate(timeout=120)[0] for p in procs]
   assert [p.returncode for p in procs] == [main.EXIT_STOPPED] * 2, first[1][-3000:]
+  # Both exit within 10 s of the checkpoint, inside a scheduler's grace period (issue 62: 58 s:
+  # tf.data closing its pipeline, then the interpreter's teardown).
+  assert max(to_exit) < 10, to_exit
   stops = [re.findall(r'^Stopped at step (\d+) by SIGTERM; checkpoint saved in \S+\. To '
                       r'continue: python -m vit_jax\.main .*', out, re.M) for out in first]
   assert [len(s) for s in stops] == [1, 1], first[0][-2000:]
@@ -242,6 +266,55 @@ def test_a_killed_process_ends_the_other_with_one_line(tmp_path):
   # one watchdog round (1 s, longer on a loaded machine: 4.35 s seen once in CI) before it.
   assert 5 - 3 <= seconds < 5 + parallel.JAX_HEARTBEAT_MARGIN_S, seconds
   assert os.path.isdir(os.path.join(workdir, 'train_state', '2'))  # Kept for the rerun.
+
+
+@pytest.mark.parametrize('peer_timeout', [5, 60, 600])
+def test_jax_declares_a_silent_process_dead_only_after_the_watchdog(peer_timeout):
+  """JAX can declare a killed process dead half its heartbeat timeout after the kill (it sends a
+  heartbeat every half timeout: the next test), so half of it must come after the watchdog's
+  verdict. Before: `peer_timeout + 30`, and JAX aborted a survivor 57 s after a kill, before
+  the 60 s watchdog could print its line (issue 62)."""
+  with mock.patch.object(jax.distributed, 'initialize') as initialize, \
+      mock.patch.object(jax.config, 'update'):
+    parallel.maybe_initialize_distributed('127.0.0.1:1', 2, 1, peer_timeout)
+  heartbeat = initialize.call_args.kwargs['heartbeat_timeout_seconds']
+  assert heartbeat / 2 >= peer_timeout + parallel.JAX_HEARTBEAT_MARGIN_S, heartbeat
+
+
+HEARTBEAT_PROBE = '''
+import os, sys, time, jax
+address, process_id, timeout, ready = sys.argv[1:]
+jax.distributed.initialize(coordinator_address=address, num_processes=2,
+                           process_id=int(process_id), heartbeat_timeout_seconds=int(timeout))
+open(ready, 'w').close()
+time.sleep(600)
+'''
+
+
+@pytest.mark.slow
+def test_jax_declares_a_killed_process_dead_no_sooner_than_half_its_timeout(tmp_path):
+  """What `parallel.jax_heartbeat_timeout` relies on, measured on the installed jaxlib: a process
+  killed just before its next heartbeat (half a timeout after it connected, when it sent one)
+  is declared dead by JAX no sooner than half the timeout later (SIGABRT of the survivor)."""
+  timeout, address = 8, f'127.0.0.1:{free_port()}'
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=1',
+             JAX_PLATFORMS='cpu')
+  env.pop('JAX_NUM_CPU_DEVICES', None)  # As `launch`: the same forked server.
+  ready = [str(tmp_path / f'ready{i}') for i in range(2)]
+  procs = [forked.popen(['-c', HEARTBEAT_PROBE, address, str(i), str(timeout), ready[i]],
+                        env=env, merge_stderr=True) for i in range(2)]
+  deadline = time.time() + 120
+  while not all(os.path.exists(path) for path in ready):
+    assert time.time() < deadline and all(p.poll() is None for p in procs), 'not connected'
+    time.sleep(0.05)
+  time.sleep(timeout / 2 - 0.7)
+  procs[1].kill()
+  start = time.time()
+  out = procs[0].communicate(timeout=60)[0]
+  seconds = time.time() - start
+  assert procs[0].returncode == -signal.SIGABRT, out[-2000:]
+  assert 'stopped sending heartbeats' in out, out[-2000:]
+  assert timeout / 2 - 0.5 <= seconds <= timeout + 2, seconds
 
 
 def prepare_tiny_fashion_mnist(root):

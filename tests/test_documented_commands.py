@@ -96,9 +96,9 @@ def page_commands(path):
 # Doc commands that are checked for their flags only, and why they do not run here.
 NOT_RUN = (
     (r'^python benchmarks/(vs_timm|scaling|root_conv|param_sharding|resume_time|'
-     r'input_pipeline|hugepages|gpu_e2e)\.py',
+     r'input_pipeline|hugepages|gpu_e2e|quickstart_steps)\.py',
      'a benchmark: minutes of timing on the machine it measures (test_benchmark.py runs '
-     'vs_timm small, test_gpu_e2e.py gpu_e2e --tiny)'),
+     'vs_timm small and quickstart_steps\' parts, test_gpu_e2e.py gpu_e2e --tiny)'),
     (r'=(FILE|DIR|W|M|B|S)\b', 'a syntax line: FILE, DIR, W, M, B, S are placeholders'),
     (r'/tmp/(fmnist_|random_b16|photos)', 'a record of a past run: its files were on that machine'),
     (r'runs/study\w*/', 'a row of a study round\'s generated run list (the study command above '

@@ -9,12 +9,14 @@ from unittest import mock
 
 import numpy as np
 import pytest
+import tensorflow as tf
 import tensorflow_datasets as tfds
 
 import forked
 from vit_jax import config_lib
 from vit_jax import fashion_mnist as fashion_mnist_command
 from vit_jax.data import fashion_mnist
+from vit_jax.data import tfds_source
 from vit_jax.tools import cli
 from vit_jax import input_pipeline
 
@@ -165,6 +167,20 @@ def test_array_record_stream_is_indexed_and_resumes_exactly(idx_dir, tmp_path):
   resumed = input_pipeline.get_train_data(config, start_batch=5)
   for expected in stream[5:]:
     np.testing.assert_array_equal(next(resumed)['image'], expected['image'])
+
+
+def test_array_record_reads_are_what_tfds_deserializes(idx_dir, tmp_path):
+  """The serialized records parsed by TF (`tfds_source._fetch`) give TFDS's own examples."""
+  fashion_mnist.prepare(str(tmp_path / 'tfds'), idx_dir)
+  builder = tfds.builder('fashion_mnist', data_dir=str(tmp_path / 'tfds'))
+  ids = [3, 0, 19, 7, 7]
+  fetch = tfds_source._fetch(tfds_source._data_source(builder, 'train', 'train'),
+                             builder.info.features)
+  fetched = fetch(tf.constant(ids, tf.int64))
+  expected = builder.as_data_source(split='train', decoders={
+      'image': tfds.decode.SkipDecoding()}).__getitems__(ids)
+  assert fetched['image'].numpy().tolist() == [r['image'] for r in expected]
+  assert fetched['label'].numpy().tolist() == [r['label'] for r in expected]
 
 
 def test_the_documented_manual_dir_override_works(idx_dir, tmp_path):

@@ -2,6 +2,9 @@
 (load_model, captured features)."""
 
 import os
+import runpy
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +19,7 @@ from vit_jax import config_lib
 from vit_jax import input_pipeline
 from vit_jax.data import folder_source
 from vit_jax.data import image_ops
+from vit_jax.tools import cli
 from vit_jax.tools import features
 from vit_jax import models
 from vit_jax.weights import store
@@ -82,7 +86,7 @@ def test_read_and_preprocess_match_the_eval_input_pipeline(tmp_path):
   """A folder's test images via `get_eval_data` = `preprocess(read_image(file))`, bit for bit."""
   for split in ('train', 'test'):
     written = write_images(tmp_path / split / 'a')
-  paths = [p for p in written if p.endswith(image_ops.DATASET_EXTENSIONS)]  # Not the .gif.
+  paths = written  # Every format, the .gif too: one list of image files for every path.
   config = config_lib.get_config()
   config.update(dict(dataset=str(tmp_path), batch=4, batch_eval=4))
   config.pp.update(dict(train='train', test='test', crop=32))
@@ -237,3 +241,43 @@ def test_readme_python_snippet_runs_and_so_does_its_old_spelling(saved, tmp_path
   expected = loaded.model.apply({'params': loaded.params},
                                 image_ops.load_images([image], loaded.image_size), train=False)
   np.testing.assert_allclose(scope['logits'], expected, rtol=1e-6, atol=1e-6)
+
+
+def test_features_command_writes_what_extract_features_gives(saved, tmp_path, capsys):
+  """`python -m vit_jax.features --checkpoint=... --out=f.npz IMAGES`: per image its path,
+  pre-logits and logits (and with --tokens the encoder's tokens), as `extract_features` on
+  the images preprocessed as predict does."""
+  images = write_images(tmp_path / 'images')
+  out = tmp_path / 'f.npz'
+  rc = cli.call(features, ['features', f'--checkpoint={saved[0]}', f'--out={out}', '--tokens',
+                           '--batch_size=3', str(tmp_path / 'images')])
+  stdout, err = capsys.readouterr()
+  assert rc == 0, err
+  assert str(out) in stdout and len(stdout.strip().splitlines()) == 1
+  loaded = loading.load_model(saved[0])
+  want = features.extract_features(loaded.model, loaded.params,
+                                   image_ops.load_images(images, loaded.image_size))
+  with np.load(out) as got:
+    assert list(got['image']) == images
+    for name in ('pre_logits', 'logits', 'tokens'):
+      np.testing.assert_allclose(got[name], getattr(want, name), rtol=1e-5, atol=1e-6)
+  assert cli.call(features, ['features', f'--checkpoint={saved[0]}', str(images[0])]) == 1
+  assert capsys.readouterr().err.startswith('features: error: Pass --checkpoint')
+
+
+@pytest.mark.parametrize('module', ['vit_jax.features', 'vit_jax.tools.features'])
+def test_features_command_has_help(module):
+  done = subprocess.run([sys.executable, '-m', module, '--help'], capture_output=True, text=True,
+                        timeout=300, env=dict(os.environ, JAX_PLATFORMS='cpu'))
+  assert done.returncode == 0, done.stderr[-2000:]
+  for text in ('--checkpoint', '--out', '--tokens', 'pre_logits'):
+    assert text in done.stdout, done.stdout
+
+
+def test_inference_time_module_says_in_one_line_how_to_run_it(capsys):
+  """As officially, inference_time is the trainer `main.py` runs (no command of its own)."""
+  with pytest.raises(SystemExit) as done:
+    runpy.run_module('vit_jax.inference_time', run_name='__main__')
+  out, err = capsys.readouterr()
+  assert done.value.code == 2 and out == '' and len(err.strip().splitlines()) == 1
+  assert 'python -m vit_jax.main --config=configs/inference_time.py' in err

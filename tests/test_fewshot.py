@@ -240,9 +240,11 @@ def test_tool_on_a_published_npz_prints_a_table_and_json(tmp_path, image_folder,
                            capsys)
   assert rc == 0, err
   assert 'shots from train (18 images), tested on all 9 of test; 6-d features at 16px' in out
-  assert 'l2 chosen per seed from 2 values on 2 held-out training images per class' in out
+  assert 'l2 chosen per seed from 2 values on held-out training images (not shots; at most 2 a ' \
+      'class' in out
   rows = [line.split() for line in out.splitlines() if line.split()[:1] in (['1'], ['3'])]
   assert [r[0] for r in rows] == ['1', '3']
+  assert all(' '.join(r).endswith('(on 2 held-out a class)') for r in rows), out
   rc, out, err = call_tool([f'--checkpoint={npz}', f'--dataset={image_folder}', '--json',
                             '--l2_regs=8', *TOOL_ARGS[:3]], capsys)
   assert rc == 0, err
@@ -342,3 +344,83 @@ def test_two_processes_log_the_numbers_of_one(tmp_path):
   logged = fewshot_lines(single)
   assert [line['step'] for line in logged] == [2] and len(logged[0]) == 3
   assert fewshot_lines(multi) == logged
+
+
+@pytest.mark.parametrize('fewshot_settings,message', [
+    (dict(shots=(1, 8)), r"few-shot on \S+: every class of train has fewer images than the 8 "
+                         r"shots of --config\.fewshot\.shots=1,8: 'class0' 6, 'class1' 6, "
+                         r"'class2' 6; use --config\.fewshot\.shots=1"),
+    (dict(shots=(1, 6)), r'no held-out training image .* at 6 shots .*every class of train has '
+                         r'6 images.*--config\.fewshot\.l2_regs=1024'),
+    (dict(datasets=('ONE',)), r"few-shot on \S+: it has 1 class \('class0'\).*at least 2"),
+])
+def test_fewshot_needs_are_refused_before_step_1(tmp_path, image_folder, fewshot_settings,
+                                                 message):
+  """Issue 62.5: 6 images a class and 8 shots trained to the first few-shot evaluation, then
+  exited 1 without the checkpoint due at that step (issue 62.4: one class scored 100%)."""
+  from test_distributed import write_image_dataset
+  from vit_jax import train
+  from vit_jax.weights import store
+  config = folder_config(image_folder, **STRAIGHT)
+  one_class = write_image_dataset(str(tmp_path / 'one'), classes=1, train_per_class=30)
+  config.fewshot.update({k: tuple(one_class if d == 'ONE' else d for d in v)
+                         if k == 'datasets' else v for k, v in fewshot_settings.items()})
+  workdir = str(tmp_path / 'run')
+  with pytest.raises(ValueError, match=message) as error:
+    train.train_and_evaluate(config, workdir)
+  assert '\n' not in str(error.value)
+  assert not store.has_saved_state(workdir)
+  assert not os.path.exists(os.path.join(workdir, 'metrics.jsonl'))
+
+
+def test_a_failed_fewshot_evaluation_keeps_the_checkpoint_of_its_step(tmp_path, image_folder):
+  """Issue 62.5: the checkpoint of a step is saved before its evaluations run."""
+  from unittest import mock
+  from vit_jax import train
+  config = folder_config(image_folder, total_steps=4, eval_every=0, checkpoint_every=2)
+  config.fewshot.every = 2
+  workdir = str(tmp_path / 'run')
+  with mock.patch.object(fewshot, 'run_dataset', side_effect=RuntimeError('evaluation failed')), \
+       pytest.raises(RuntimeError, match='evaluation failed'):
+    train.train_and_evaluate(config, workdir)
+  assert os.listdir(os.path.join(workdir, 'train_state')) == ['2']
+
+
+def test_tool_messages_name_its_own_flags_and_the_classes(tmp_path, image_folder, capsys):
+  """Issue 62: the tool's errors named --config.fewshot.* flags and 'class 0'; its header said
+  20 held-out images a class where 6 - 3 = 3 were left."""
+  from npz_fixtures import published_vit, write_npz
+  from test_distributed import write_image_dataset
+  arrays, _ = published_vit(hidden=12, mlp=16, heads=2, layers=1, patch=8, num_tokens=1 + 4,
+                            num_classes=7)
+  npz = write_npz(tmp_path / 'vit.npz', arrays)
+  base = [f'--checkpoint={npz}', f'--dataset={image_folder}', '--seeds=1', '--batch_size=8']
+  for args, message in (
+      (['--shots=1,7'], r"'class0' 6, 'class1' 6, 'class2' 6; use --shots=1 "),
+      (['--shots=6', '--l2_regs=1,64'], r'--l2_regs=1024'),
+      (['--shots=1', f'--dataset={write_image_dataset(str(tmp_path / "one"), classes=1)}'],
+       r"1 class \('class0'\)")):
+    rc, out, err = call_tool([*base, *args], capsys)
+    assert rc == 1 and err.count('\n') == 1, err
+    assert re.search(message, err) and '--config' not in err, err
+  rc, out, err = call_tool([*base, '--shots=1,3', '--holdout=20', '--l2_regs=1,64'], capsys)
+  assert rc == 0, err
+  assert '20 held-out' not in out
+  rows = {line.split()[0]: line for line in out.splitlines() if line.split()[:1] in (['1'], ['3'])}
+  assert '5 held-out' in rows['1'] and '3 held-out' in rows['3'], out
+
+
+def test_a_later_stages_fewshot_needs_are_checked_before_stage_1(tmp_path, image_folder):
+  """Issue 62.5: stage 2's few-shot evaluation refused only after stage 1 had trained."""
+  import ml_collections
+  from vit_jax import train
+  config = ml_collections.ConfigDict()
+  config.trainer = 'pretrain_then_finetune'
+  config.pretrain = folder_config(image_folder, **STRAIGHT)
+  config.pretrain.fewshot.datasets = ()
+  config.finetune = folder_config(image_folder, **STRAIGHT)
+  config.finetune.fewshot.shots = (1, 8)
+  with pytest.raises(ValueError, match=r'fewer images than the 8 shots of '
+                                       r'--config\.finetune\.fewshot\.shots=1,8'):
+    train.check_inputs(config, str(tmp_path / 'run'))
+  assert not os.path.exists(tmp_path / 'run')

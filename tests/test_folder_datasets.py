@@ -420,3 +420,83 @@ def test_an_empty_class_folder_is_one_line_naming_it(tmp_path, split):
   message = str(error.value)
   assert f'Empty class folder {os.path.join(root, split, "eel")}' in message
   assert 'delete the folder' in message and '\n' not in message
+
+
+# Every format in the one list (image_ops.IMAGE_EXTENSIONS): TF decodes the first five, Pillow
+# TIFF; training, evaluation and predict read each file alike.
+FORMATS = {'jpg': 'JPEG', 'jpeg': 'JPEG', 'png': 'PNG', 'gif': 'GIF', 'bmp': 'BMP',
+           'webp': 'WEBP', 'tif': 'TIFF', 'TIFF': 'TIFF'}
+
+
+def test_every_image_format_is_trained_on_and_evaluated_as_predict_reads_it(tmp_path, caplog):
+  root = str(tmp_path)
+  for split in ('train', 'test'):
+    for c, name in enumerate(CLASSES[:2]):
+      os.makedirs(os.path.join(root, split, name))
+      for i, (extension, fmt) in enumerate(FORMATS.items()):
+        with open(os.path.join(root, split, name, f'{i}.{extension}'), 'wb') as f:
+          f.write(encoded(fmt, 100 * c + i, (9, 7)))
+  (tmp_path / 'train' / 'cat' / 'notes.txt').write_text('not an image')
+  config = make_config(root, pp=dict(train_aug='none'))
+  assert set(image_ops.IMAGE_EXTENSIONS) == {f'.{e.lower()}' for e in FORMATS}
+  with caplog.at_level('WARNING'):
+    info = input_pipeline.get_dataset_info(config)
+  assert (info.num_train_examples, info.num_test_examples) == (16, 16)
+  [line] = [r.getMessage() for r in caplog.records if 'Skipped' in r.getMessage()]
+  assert 'Skipped 1 file' in line and os.path.join(root, 'train', 'cat', 'notes.txt') in line
+  paths, labels = folder_source.folder_split(root, CLASSES[:2], 'test')
+  batches = list(input_pipeline.get_eval_data(config).batches())
+  assert sum(b['mask'].sum() for b in batches) == 16
+  np.testing.assert_array_equal(np.concatenate([b['image'] for b in batches])[:16],
+                                image_ops.load_images(list(paths), 8))
+  train_paths, _ = folder_source.folder_split(root, CLASSES[:2], 'train')
+  want = {im.tobytes() for im in image_ops.load_images(list(train_paths), 8)}
+  stream = input_pipeline.get_train_data(config)
+  assert {im.tobytes() for _ in range(4) for im in next(stream)['image']} == want  # An epoch.
+  assert 'unreadable' not in caplog.text
+
+
+def corrupt_png(seed):
+  """A PNG whose structure is whole (signature ... IEND) but whose pixel data is garbage."""
+  data = bytearray(encoded('PNG', seed, (20, 20)))
+  start = data.index(b'IDAT') + 4
+  data[start:start + 32] = bytes(b ^ 0x5A for b in data[start:start + 32])
+  return bytes(data)
+
+
+@pytest.mark.parametrize('split', ['train', 'test'])
+def test_a_corrupt_image_stops_the_run_with_one_line_naming_it(tmp_path, split):
+  root = write_folder(tmp_path, per_class=(6, 5, 5))
+  bad = os.path.join(root, split, 'dog', 'bad.png')
+  with open(bad, 'wb') as f:
+    f.write(corrupt_png(0))
+  config = make_config(root)
+  with pytest.raises(ValueError) as error:
+    if split == 'train':
+      stream = input_pipeline.get_train_data(config)
+      for _ in range(8):  # Two epochs: the bad file is met.
+        next(stream)
+    else:
+      list(input_pipeline.get_eval_data(config).batches())
+  message = str(error.value)
+  assert bad in message and 'delete or replace it' in message and '\n' not in message, message
+
+
+def test_a_symlink_back_into_the_dataset_is_not_followed(tmp_path, caplog):
+  """`train/cat/up -> ..` would list every class again inside cat (and again, to the OS's
+  link limit); a link out of the dataset (shared storage) is followed."""
+  root = write_jupyter_folder(tmp_path / 'data')
+  _png(str(tmp_path / 'pool' / 'p.png'))
+  os.symlink('..', os.path.join(root, 'train', 'cat', 'up'))
+  os.symlink(os.path.join(root, 'test', 'dog'), os.path.join(root, 'train', 'dog', 'more'))
+  os.symlink(str(tmp_path / 'pool'), os.path.join(root, 'train', 'dog', 'pool'))
+  with caplog.at_level('WARNING'):
+    listed = sorted(os.path.relpath(p, root) for p in files(root, 'train'))
+  assert listed == sorted(['train/cat/a.png', 'train/cat/2024/b.png', 'train/cat/2024/x/c.png',
+                           'train/dog/a.png', 'train/dog/b.png', 'train/dog/pool/p.png'])
+  [line] = [r.getMessage() for r in caplog.records if 'symlink' in r.getMessage()]
+  assert 'not follow 2 symlinked folder' in line
+  assert os.path.join(root, 'train', 'cat', 'up') in line
+  found = image_ops.list_images([os.path.join(root, 'train')])  # predict's tree: train/ only.
+  assert (sorted(os.path.relpath(p, root) for p in found)
+          == sorted(listed + ['train/dog/more/a.png']))

@@ -1,5 +1,7 @@
 """Input pipeline: shapes, ranges, exact eval, resume, processes, folders, errors (offline)."""
 
+import functools
+import io
 import os
 import socket
 import time
@@ -16,7 +18,9 @@ from tensorflow_datasets.core.download import downloader
 from vit_jax import config_lib
 from vit_jax import input_pipeline
 from vit_jax.data import augment
+from vit_jax.data import image_ops
 from vit_jax.data import randaugment
+from vit_jax.data import stream
 
 
 def make_config(**overrides) -> ml_collections.ConfigDict:
@@ -252,3 +256,64 @@ def test_each_randaugment_op_keeps_shape_and_range(op_index):
     out = randaugment.OPS[op_index](image, tf.constant(level))
     assert out.shape == (12, 10, 3)
     assert 0. <= float(tf.reduce_min(out)) and float(tf.reduce_max(out)) <= 255.
+
+
+def _jpeg(shape, exif_orientation=None, **save_args):
+  """JPEG bytes of smooth content (chroma upsampling differs at window edges on such images)."""
+  y, x = np.mgrid[0:shape[0], 0:shape[1]]
+  smooth = (127 + 100 * np.sin(x / 7.) * np.cos(y / 5.)).astype(np.uint8)
+  pixels = smooth if len(shape) == 2 else np.stack([smooth, 255 - smooth, smooth // 2], -1)
+  image, buffer = Image.fromarray(pixels), io.BytesIO()
+  if exif_orientation:
+    exif = Image.Exif()
+    exif[0x0112] = exif_orientation
+    save_args['exif'] = exif.tobytes()
+  image.save(buffer, 'JPEG', **save_args)
+  return buffer.getvalue()
+
+
+def test_decode_window_equals_decode_then_crop_exactly():
+  """Only the window decoded (upright JPEGs) gives the pixels of the whole image cropped: 4:2:0,
+  4:2:2, 4:4:4, grayscale, progressive; EXIF-rotated JPEGs and PNGs take the whole path."""
+  png = io.BytesIO()
+  pixels = np.random.default_rng(0).integers(0, 256, (20, 30, 3), np.uint8)
+  Image.fromarray(pixels).save(png, 'PNG')
+  files = [_jpeg((75, 100, 3)), _jpeg((37, 53, 3), subsampling=1),
+           _jpeg((41, 50, 3), subsampling=0), _jpeg((51, 34)),
+           _jpeg((49, 77, 3), progressive=True), _jpeg((30, 45, 3), exif_orientation=6),
+           png.getvalue()]
+
+  @tf.function(autograph=False)  # Traced once: eager conds cost ~0.1 s a call.
+  def both(data, seed):
+    window = functools.partial(augment.inception_window, seed=seed, area_min=0.05)
+    whole = image_ops.decode(data)
+    return image_ops.decode_window(data, window), tf.slice(whole, *window(tf.shape(whole)))
+
+  for data in files:
+    for s in range(4):
+      cropped, expected = both(tf.constant(data), tf.constant([s, 1], tf.int64))
+      np.testing.assert_array_equal(cropped, expected)
+
+
+def test_exif_is_parsed_in_python_only_for_jpegs_that_have_it():
+  """The per-image Python call (it takes the GIL from the train loop) is skipped when the head
+  holds no EXIF; the orientation is 1 then, as the parse would say."""
+  png = io.BytesIO()
+  Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(png, 'PNG')
+  with mock.patch.object(image_ops, 'jpeg_orientation', wraps=image_ops.jpeg_orientation) as parse:
+    assert int(image_ops.exif_orientation(tf.constant(png.getvalue()))) == 1
+    assert int(image_ops.exif_orientation(tf.constant(_jpeg((8, 8, 3))))) == 1
+    assert parse.call_count == 0
+    assert int(image_ops.exif_orientation(tf.constant(_jpeg((8, 8, 3), exif_orientation=8)))) == 8
+    assert parse.call_count == 1
+
+
+def test_records_of_a_block_of_positions_equal_those_of_each_position():
+  """The stream's record ids computed a block at a time (across epoch boundaries, and for a
+  split smaller than the block) are the per-position ones: the data order is unchanged."""
+  seed = tf.constant([3, 2], tf.int64)
+  for size, start, count in ((16, 0, 36), (5, 3, 13), (60_000, 59_990, 20), (1, 0, 3)):
+    positions = tf.range(start, start + count, dtype=tf.int64)
+    block = stream.shuffled_records(positions, size, seed).numpy()
+    each = [int(stream.shuffled_record(p, size, seed)) for p in positions]
+    np.testing.assert_array_equal(block, each)

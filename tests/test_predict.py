@@ -133,6 +133,35 @@ def test_bad_input_is_one_line_and_exit_1(case, message, setup, tmp_path, capsys
   assert len(err.strip().splitlines()) == 1 and 'Traceback' not in err
 
 
+@pytest.mark.parametrize('output', ['json', 'text'])
+def test_an_unreadable_file_is_an_error_line_and_the_others_are_predicted(
+    output, setup, tmp_path, capsys):
+  """One bad file among good ones: each good file's predictions, an entry (JSON) and one
+  stderr line naming the bad one, exit status 1."""
+  ckpt, _, images = setup
+  bad = tmp_path / 'bad.png'
+  bad.write_bytes(b'\x89PNG\r\n\x1a\n not really')
+  paths = [images[0], str(bad), images[1]]
+  args = ['--json'] * (output == 'json')
+  rc, out, err = _run(capsys, f'--checkpoint={ckpt}', '--model=testing', '--batch_size=2',
+                      *args, *paths)
+  assert rc == 1 and 'Traceback' not in err
+  [line] = err.strip().splitlines()
+  assert line.startswith('predict: error: Could not read image') and str(bad) in line
+  _, alone, _ = _run(capsys, f'--checkpoint={ckpt}', '--model=testing', '--json', images[1])
+  if output == 'json':
+    results = json.loads(out)['results']
+    assert [r['image'] for r in results] == paths
+    assert results[1] == {'image': str(bad), 'error': line[len('predict: error: '):]}
+    want = json.loads(alone)['results'][0]['predictions']  # As when predicted alone.
+    assert [p['label'] for p in results[2]['predictions']] == [p['label'] for p in want]
+    np.testing.assert_allclose([p['probability'] for p in results[2]['predictions']],
+                               [p['probability'] for p in want], atol=1e-6)
+  else:
+    assert [line for line in out.splitlines() if not line.startswith(' ')] == [images[0],
+                                                                               images[1]]
+
+
 def test_command_line_exit_status_and_stderr(setup, tmp_path):
   ckpt, _, _ = setup
   text = tmp_path / 'x.png'

@@ -3,6 +3,7 @@
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -18,6 +19,7 @@ from vit_jax.weights import loading
 from vit_jax.weights import metadata as metadata_lib
 from vit_jax.weights import npz_format
 from vit_jax.tools import flops
+from vit_jax.training import from_checkpoint
 
 
 def _config(**fields):
@@ -172,3 +174,86 @@ def test_timm_export_refuses_in_one_line():
   from vit_jax.weights import timm_export
   with pytest.raises(timm_export.TimmFormatError, match=r"cannot represent .*posemb relative"):
     timm_export.timm_model_args(_config(), 3, 32)
+
+
+def test_kept_tokens_bias_is_the_full_sequences_at_their_own_offsets():
+  """MAE's visible patches: the (prefix + kept) tokens' bias is the full sequence's, gathered."""
+  grid, heads, dim = (2, 3), 2, 4
+  table = position_embeddings.RelativePositionKeys(grid_shape=grid, num_heads=heads)
+  variables = table.init(jax.random.key(0), 7, dim)
+  keys, full_index = table.apply(variables, 7, dim)  # The class token + all 6 patches.
+  keep = np.array([[0, 2, 5], [1, 3, 4]], np.int32)
+  kept_keys, index = table.apply(variables, 4, dim, keep=keep)
+  np.testing.assert_array_equal(kept_keys, keys)
+  query = np.random.default_rng(0).normal(size=(2, 7, heads, dim)).astype(np.float32)
+  full = np.asarray(position_embeddings.relative_logits(query, keys, full_index))
+  tokens = np.concatenate([np.zeros((2, 1), np.int32), 1 + keep], axis=1)
+  rows = np.arange(2)[:, None]
+  kept = np.asarray(position_embeddings.relative_logits(query[rows, tokens], keys, index))
+  want = full[rows[:, :, None], :, tokens[:, :, None], tokens[:, None, :]].transpose(0, 3, 1, 2)
+  np.testing.assert_allclose(kept, want, rtol=1e-6, atol=1e-8)
+
+
+def test_mae_visible_patches_are_the_unmasked_model_on_the_same_patches():
+  """With relative offsets only, a 2x2 grid's kept row (column) is the unmasked model on the
+  1x2 (2x1) image of those patches: the same tokens at the same offsets (its table is the 3x3
+  offsets' dy=0 row, dx=0 column). With remat, its backward pass runs on the same tokens."""
+  x = images(2, 16, 16, seed=4)  # Patch 8: a 2x2 grid.
+  encoder = models.get_model(_config(classifier='token_unpooled'), num_classes=0)
+  params = perturb(jax.jit(encoder.init, static_argnames='train')(
+      jax.random.key(0), x, train=False)['params'])
+  run = jax.jit(lambda p, image, keep=None: encoder.apply({'params': p}, image, train=False,
+                                                          keep=keep))  # Seconds less than eager.
+  for kept, rows, cols, table in (((0, 1), slice(0, 8), slice(None), np.s_[1:2]),  # Top row.
+                                  ((1, 3), slice(None), slice(8, 16), np.s_[:, 1:2])):  # Right.
+    keep = jnp.asarray(np.broadcast_to(np.array(kept, np.int32), (2, 2)))
+    sub = jax.tree_util.tree_map_with_path(
+        lambda path, v, t=table: v[t] if "'rel_embedding'" in jax.tree_util.keystr(path) else v,
+        params)
+    np.testing.assert_allclose(run(params, x, keep), run(sub, x[:, rows, cols]),
+                               rtol=1e-5, atol=1e-6)
+  # Rematerialised blocks carry the kept indices into the backward pass too.
+  remat = models.get_model(_config(classifier='token_unpooled', remat=True), num_classes=0)
+  grads = jax.jit(jax.grad(lambda p: jnp.sum(remat.apply({'params': p}, x, train=False,
+                                                         keep=keep) ** 2)))(params)
+  table = grads['Transformer']['encoderblock_1']['relative_posemb']['rel_embedding']
+  assert np.isfinite(table).all() and np.abs(table).max() > 0
+
+
+def test_fine_tuning_a_relative_npz_adopts_its_posemb_and_resumes(tmp_path, mock_cifar10,
+                                                                    caplog):
+  run, _, params = _exported(tmp_path)
+  learn = _config(posemb='learn')  # The config's model: the checkpoint's, but another posemb.
+  # Declared by the run's description: the config is completed with it.
+  config = make_config(pretrained_path=str(run))
+  config.model = learn
+  assert from_checkpoint.with_checkpoint_model(config).model.posemb == 'relative'
+  # Read from a bare file's shapes: the run trains and exports the relative model, its tables
+  # the checkpoint's (lr ~0), and a rerun resumes it (the record keeps the adopted posemb).
+  bare = checkpoint.save(params, str(tmp_path / 'bare.npz'))
+  config = make_config(total_steps=2, eval_every=0, base_lr=1e-9, pretrained_path=bare)
+  config.model = learn
+  workdir = str(tmp_path / 'fine')
+  with caplog.at_level('INFO'):
+    train.train_and_evaluate(config, workdir)
+  assert "posemb 'relative'" in caplog.text and '<field>' not in caplog.text
+  tuned = final_params(workdir)
+  for i in range(2):
+    np.testing.assert_allclose(
+        tuned['Transformer'][f'encoderblock_{i}']['relative_posemb']['rel_embedding'],
+        params['Transformer'][f'encoderblock_{i}']['relative_posemb']['rel_embedding'],
+        atol=1e-6)
+  assert loading.load_model(workdir).config['posemb'] == 'relative'
+  config.total_steps = 3
+  assert train.train_and_evaluate(config, workdir)['step'] == 3
+
+
+def test_a_file_described_as_another_classifier_warns_naming_the_setting(tmp_path, caplog):
+  run, _, params = _exported(tmp_path)  # Described: classifier token.
+  source = loading.open_source(str(run))
+  model = models.get_model(_config(classifier='token_unpooled'), num_classes=3)
+  with caplog.at_level('WARNING'):
+    loading.fit_source(source, _init(model, 32), _config(classifier='token_unpooled'))
+  assert ("classifier 'token' in the file, 'token_unpooled' in the config; set "
+          "--config.model.classifier='token'") in caplog.text
+  assert '<field>' not in caplog.text

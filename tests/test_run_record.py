@@ -208,3 +208,29 @@ def test_continuing_anyway_names_the_same_run_directory():
   assert main.default_workdir('config.py', {'batch': 8, 'allow_changed_inputs': True}) == plain
   assert main.default_workdir('q.py', {'finetune.allow_changed_inputs': True}) == (
       main.default_workdir('q.py', {}))
+
+
+def test_a_refused_run_writes_nothing(tmp_path):
+  """Issue 62: batch 9 on 2 devices left a run directory with train.log and an empty
+  train_state/; in an existing run directory it appended to train.log."""
+  data = write_animals(str(tmp_path / 'data'))
+  (tmp_path / 'config.py').write_text(
+      CONFIG_FILE.format(dataset=data, steps=2).replace('batch=8', 'batch=9'))
+  existing = tmp_path / 'existing'
+  existing.mkdir()
+  (existing / 'train.log').write_text('a line of an earlier run\n')
+  (existing / 'notes.txt').write_text('kept\n')
+  before = snapshot(existing)
+  env = dict(os.environ, JAX_PLATFORMS='cpu',
+             XLA_FLAGS='--xla_force_host_platform_device_count=2')
+  env.pop('JAX_NUM_CPU_DEVICES', None)
+  for workdir in (tmp_path / 'new', existing):
+    proc = forked.run(['-m', 'vit_jax.main', '--config=config.py', f'--workdir={workdir}'],
+                      cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert error_lines(proc) == ['error: batch=9 is not divisible by 2 devices x 1 accum_steps '
+                                 '(= 2); choose a multiple of 2.'], proc.stderr[-3000:]
+    assert 'Traceback' not in proc.stderr and 'details in' not in proc.stderr
+  assert not os.path.exists(tmp_path / 'new')
+  assert snapshot(existing) == before and sorted(os.listdir(existing)) == ['notes.txt',
+                                                                          'train.log']

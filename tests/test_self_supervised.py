@@ -271,3 +271,52 @@ def test_two_processes_equal_one(tmp_path):
   assert one.keys() == two.keys() and 'head/kernel' not in one
   for key, value in one.items():
     np.testing.assert_allclose(two[key], value, atol=1e-5, err_msg=key)
+
+
+def test_num_visible_forgives_the_float_error_of_one_minus_the_ratio():
+  # 10 * (1 - 0.9) is 0.99999999999999978: MAE's int() alone keeps 0 patches, not 1.
+  assert mae.num_visible(10, 0.9) == 1
+  assert mae.num_visible(196, 0.75) == 49 and mae.num_visible(16, 0.75) == 4
+  assert mae.num_visible(10, 0.7) == 3 and mae.num_visible(100, 0.99) == 1
+  assert mae.num_visible(4, 0.8) == 0 and mae.num_visible(10, 0.95) == 0  # Still a floor.
+
+
+@pytest.mark.parametrize('trainer,setting,message', [
+    ('mae', dict(mask_ratio=0.8), r'mae.mask_ratio=0.8 leaves no patch of the 4 \(2x2 at '
+     r'pp.crop=32, patch 16\) visible.*mask_ratio=0.75 or lower'),
+    ('mae', dict(mask_ratio=1e-8),
+     r'mae.mask_ratio=1e-08 hides no patch of the 4 .*empty.*mask_ratio=0.25 or higher'),
+    ('mpp', dict(corrupt=0.1), r'mpp.corrupt=0.1 corrupts no patch of the 4 .*empty.*'
+     r'corrupt=0.13 or higher'),
+    ('mpp', dict(corrupt=0.), r'mpp.corrupt=0.0 must be in \(0, 1\]'),
+    ('mpp', dict(mask=0.9, random=0.2), r'mpp.mask \+ mpp.random = 1.1 must be at most 1'),
+])
+def test_a_mask_with_nothing_visible_or_nothing_to_predict_is_refused_before_step_1(
+    tmp_path, mock_cifar10, trainer, setting, message):
+  config = ssl_config(trainer, total_steps=2)
+  config.pp.crop = 32  # The `testing` ViT's patch 16: 2x2 = 4 patches.
+  config[trainer].update(setting)
+  with pytest.raises(ValueError, match=message) as raised:
+    train.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert len(str(raised.value).splitlines()) == 1
+  run = tmp_path / 'run'  # Refused before anything ran: no step saved, nothing logged.
+  assert not list(run.glob('train_state/*')) and not (run / 'metrics.jsonl').exists()
+
+
+def test_mpp_keeps_every_token_so_relative_tables_span_the_whole_grid():
+  """MPP corrupts embeddings in place: all 16 patches stay at their own grid offsets (MAE's
+  visible subset: tests/test_relative_posemb.py)."""
+  config = ssl_config('mpp')
+  config.model.posemb = 'relative'
+  model = masked.get_model(config)
+  params = jax.jit(lambda: _init(model))()
+  kind, source = mpp.corruption_plan(jax.random.key(1), 2, 16, corrupt=0.5, mask=0.8, random=0.1)
+  x = jnp.asarray(np.random.default_rng(0).uniform(-1, 1, (2, 64, 64, 3)), jnp.float32)
+  run = jax.jit(lambda p: model.apply({'params': p}, x, train=False, kind=kind, source=source))
+  table = params['encoder']['Transformer']['encoderblock_0']['relative_posemb']
+  assert table['rel_embedding'].shape == (7, 7, 2, 5)  # 4x4 patches: 7x7 offsets.
+  out = run(params)
+  assert out.shape == (2, 16, 512) and np.isfinite(out).all()
+  moved = jax.tree_util.tree_map_with_path(
+      lambda path, v: v + 1. if "'rel_embedding'" in jax.tree_util.keystr(path) else v, params)
+  assert np.abs(run(moved) - out).max() > 1e-4  # The tables bias the attention.

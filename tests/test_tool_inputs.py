@@ -163,3 +163,42 @@ def test_8_and_16_bit_pngs_and_tiffs_give_the_same_inputs(tmp_path):
   for position, path in enumerate(files[:3]):  # Classes sort as eight, rgb48, sixteen.
     label = ('eight', 'rgb48', 'sixteen').index(path.split(os.sep)[-2])
     np.testing.assert_array_equal(by_label[label], inputs[position])
+
+
+def test_predict_names_the_classes_of_an_exported_timm_folder(tmp_path, capsys):
+  """export_timm writes a run's class names as config.json's `label_names`; predict (and a
+  second export) on that folder read them from there, not 'class N'."""
+  from test_features import write_checkpoint, write_images
+  from vit_jax import models
+  from vit_jax.tools import export_timm
+  from vit_jax.weights import metadata
+  names = ['ant', 'bee', 'cow']
+  run = tmp_path / 'run'
+  run.mkdir()
+  write_checkpoint(run / 'params.npz', num_classes=3)
+  metadata.write_metadata(str(run), model_config=models.get_config('testing'), image_size=32,
+                          class_names=names, dataset='zoo')
+  out, again = tmp_path / 'exported', tmp_path / 'again'
+  for source, target in ((run, out), (out, again)):
+    assert cli.call(export_timm, ['export_timm', f'--checkpoint={source}',
+                                  f'--out={target}']) == 0, capsys.readouterr().err
+    assert json.loads((target / 'config.json').read_text())['label_names'] == names
+  image = write_images(tmp_path / 'images')[0]
+  capsys.readouterr()
+  assert cli.call(predict, ['predict', f'--checkpoint={out}', '--json', '--top_k=3', image]) == 0
+  got = json.loads(capsys.readouterr().out)['results'][0]['predictions']
+  assert sorted(p['label'] for p in got) == names
+
+
+def test_timm_label_names_are_read_as_timm_writes_them(caplog):
+  from vit_jax.weights import timm_files
+  read = timm_files.declared_label_names
+  assert read({'label_names': ['a', 'b']}, 2) == ('a', 'b')
+  assert read({'pretrained_cfg': {'label_names': {'1': 'b', '0': 'a'}}}, 2) == ('a', 'b')
+  assert read({'label_names': ['n01440764', 'n01443537'], 'label_descriptions': {
+      'n01440764': 'tench, Tinca tinca', 'n01443537': 'goldfish, Carassius auratus'}}, 2) == (
+          'tench, Tinca tinca', 'goldfish, Carassius auratus')
+  assert read({}, 2) is None and read(None, 2) is None and read({'label_names': ['a']}, 0) is None
+  with caplog.at_level('WARNING'):
+    assert read({'label_names': ['a', 'b', 'c']}, 2) is None
+  assert 'not one name per output of the head (2)' in caplog.text

@@ -328,3 +328,71 @@ def test_adamw_decays_only_conv_and_dense_kernels(name, overrides, image_size, k
   for part in kept:  # Each kind the model has is there and left alone.
     present = {k for k in names if k.split('/')[-1].startswith(part)}
     assert present and not present & decayed, (part, present & decayed)
+
+
+def animals_checkpoint(tmp_path, class_names, order=(0, 1, 2)):
+  """A `testing` model's params (32px, 3 outputs) saved with its outputs in `order` and, when
+  `class_names` is given, a `<name>.json` that names them; returns (path, unpermuted params)."""
+  from vit_jax import checkpoint
+  model = models.get_model('testing', num_classes=3)
+  params = jax.device_get(model.init(jax.random.key(5), jnp.zeros((1, 32, 32, 3)),
+                                     train=False)['params'])
+  params['head'] = {'kernel': np.arange(30, dtype=np.float32).reshape(10, 3),
+                    'bias': np.array([7., 8., 9.], np.float32)}
+  order = list(order)
+  saved = dict(params, head={'kernel': params['head']['kernel'][:, order],
+                             'bias': params['head']['bias'][order]})
+  path = checkpoint.save(saved, str(tmp_path / 'animals.npz'))
+  if class_names is not None:
+    with open(tmp_path / 'animals.json', 'w') as f:
+      json.dump({'class_names': list(class_names)}, f)
+  return path, params
+
+
+def keep_head_config(tmp_path, checkpoint_path):
+  from test_run_record import folder_config, write_animals  # cat, dog, eel
+  return folder_config(write_animals(str(tmp_path / 'data')), 2, keep_head=True,
+                       pretrained_path=checkpoint_path)
+
+
+def test_keep_head_puts_the_heads_outputs_in_the_datasets_class_order(tmp_path):
+  """Issue 62.1: a kept head is matched by class name, not by position."""
+  from vit_jax.training import state as state_lib
+  path, params = animals_checkpoint(tmp_path, ('eel', 'cat', 'dog'), order=(2, 0, 1))
+  trainer = state_lib.build_trainer(keep_head_config(tmp_path, path))
+  head = jax.device_get(state_lib.init_state(trainer)['params']['head'])
+  np.testing.assert_array_equal(head['kernel'], params['head']['kernel'])
+  np.testing.assert_array_equal(head['bias'], params['head']['bias'])
+
+
+def test_keep_head_on_other_classes_is_refused_in_one_line(tmp_path):
+  """Issue 62.1: [cat, dog, fox] kept onto [cat, dog, eel] trained 'fox' as 'eel', silently."""
+  from vit_jax.training import state as state_lib
+  path, _ = animals_checkpoint(tmp_path, ('cat', 'dog', 'fox'))
+  trainer = state_lib.build_trainer(keep_head_config(tmp_path, path))
+  with pytest.raises(ValueError) as error:
+    state_lib.init_state(trainer)
+  message = str(error.value)
+  assert '\n' not in message
+  assert "['fox']" in message and "['eel']" in message and 'keep_head=False' in message
+
+
+def test_keep_head_from_a_file_without_class_names_says_so(tmp_path, caplog):
+  from vit_jax.training import state as state_lib
+  path, params = animals_checkpoint(tmp_path, None)
+  trainer = state_lib.build_trainer(keep_head_config(tmp_path, path))
+  with caplog.at_level('WARNING'):
+    head = jax.device_get(state_lib.init_state(trainer)['params']['head'])
+  np.testing.assert_array_equal(head['kernel'], params['head']['kernel'])
+  assert 'declares no class names' in caplog.text and "['cat', 'dog', 'eel']" in caplog.text
+
+
+def test_a_dataset_of_one_class_is_refused_before_training(tmp_path):
+  """Issue 62.4: one class folder trained to loss 0 and test accuracy 1.0, exit 0."""
+  from test_run_record import folder_config
+  data = write_image_dataset(str(tmp_path / 'data'), classes=1)
+  workdir = str(tmp_path / 'run')
+  with pytest.raises(ValueError, match=r"has 1 class \('class0'\).*at least 2"):
+    train.train_and_evaluate(folder_config(data, 2), workdir)
+  assert not store.has_saved_state(workdir)
+  assert not os.path.exists(os.path.join(workdir, 'metrics.jsonl'))

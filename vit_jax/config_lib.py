@@ -92,7 +92,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.pretrained_dir = presets.DEFAULT_PRETRAINED_DIR  # Folder/bucket of <model_name>.npz.
   c.pretrained_path = ''  # Explicit .npz (local, gs:// or https://); wins over pretrained_dir.
   c.model_or_filename = ''  # AugReg file name (without .npz) instead of the model name.
-  c.keep_head = False  # Keep the checkpoint's head (same classes); official: a new zero head.
+  c.keep_head = False  # Keep the checkpoint's head (same classes, matched by name); official: new.
   c.total_steps = 0  # Training steps; 0 = use num_epochs.
   c.num_epochs = 0.  # Epochs over pp.train, used when total_steps is 0.
   c.optim = 'sgd'  # 'sgd' (momentum 0.9, fine-tuning) or 'adamw' (pretraining).

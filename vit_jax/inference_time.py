@@ -1,9 +1,14 @@
 """The `inference_time` trainer: images/s/core of a model's forward pass (like the official one).
 
 Unlike the official version it measures the steps it says it measures (`config.steps`, after
-`config.initial_steps` warm-up) and runs on the same data mesh as training.
+`config.initial_steps` warm-up) and runs on the same data mesh as training. As officially, it is
+no command of its own: `vit_jax.main` runs it for `config.trainer = 'inference_time'`:
+
+  python -m vit_jax.main --config=configs/inference_time.py --workdir=runs/infer \
+      --config.model_name=ViT-B_16 --config.batch=8
 """
 
+import sys
 import time
 from typing import Any, Dict
 
@@ -59,3 +64,10 @@ def inference_time(config: Any, workdir: str) -> Dict[str, float]:
   writer.write_scalars(0, result)
   writer.flush()
   return result
+
+
+if __name__ == '__main__':
+  print('inference_time: error: this module is the inference_time trainer, not a command (as in '
+        'the official code); run python -m vit_jax.main --config=configs/inference_time.py '
+        '--workdir=runs/infer --config.model_name=ViT-B_16 --config.batch=8', file=sys.stderr)
+  sys.exit(2)

@@ -21,7 +21,7 @@ fine. Images are decoded to 3 channels (grayscale repeated, alpha dropped) and n
 import dataclasses
 import functools
 import os
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 import jax
 import numpy as np
@@ -64,16 +64,18 @@ class EvalData:
     shares: Examples of each process (this one reads shares[jax.process_index()]).
     strided: Whether process p holds examples p, p + n, ... of the split (else a contiguous
       range), so that rows gathered from every process can be put back in the split's order.
+    locate: Batch k → the file no decoder reads that failed it (`stream.eval_locator`).
   """
   num_examples: int
   num_batches: int
   dataset: tf.data.Dataset
   shares: Tuple[int, ...] = ()
   strided: bool = False
+  locate: Optional[Callable[[int], Optional[str]]] = None
 
   def batches(self) -> Iterator[Batch]:
     """A fresh pass: {'image', 'label' (one-hot), 'mask' (1 real, 0 padding)} numpy dicts."""
-    return stream.numpy_batches(self.dataset)
+    return stream.numpy_batches(self.dataset, self.locate)
 
 
 class SplitOverlapError(ValueError):
@@ -117,6 +119,39 @@ def get_dataset_info(config: Any) -> DatasetInfo:
 def num_classes(config: Any) -> int:
   """Classes of `config.dataset` (its label names), without reading any split."""
   return len(_open(config).class_names)
+
+
+def class_counts(config: Any, spec: str) -> Tuple[Tuple[str, ...], np.ndarray]:
+  """(class names, images of each class) of split `spec` of `config.dataset`, all processes.
+
+  Reads the labels only: a folder's listing, a TFDS split's records (images not decoded).
+  """
+  source = _open(config)
+  split = source.split(spec, per_process=False)
+  labels = split.make().map(lambda example: example['label'],
+                            num_parallel_calls=tf.data.AUTOTUNE).batch(4096)
+  counts = np.zeros(len(source.class_names), np.int64)
+  for batch in labels.as_numpy_iterator():
+    counts += np.bincount(batch, minlength=len(counts))[:len(counts)]
+  return source.class_names, counts
+
+
+def split_size(config: Any, spec: str) -> int:
+  """Examples of split `spec` of `config.dataset`, all processes (only its size is read)."""
+  return sum(_open(config).split(spec, per_process=False).shares)
+
+
+def too_few_classes(class_names: Tuple[str, ...]) -> Optional[str]:
+  """Why a classifier can neither be trained nor scored on these classes, or None (2 or more).
+
+  With one class every prediction is right: loss 0 and accuracy 1 say nothing.
+  """
+  if len(class_names) >= 2:
+    return None
+  if tuple(class_names) == (folder_source.UNLABELED,):
+    return 'it has no class folders (its images are one unlabeled class)'
+  named = ', '.join(repr(name) for name in class_names)
+  return f'it has {len(class_names)} class' + (f' ({named})' if named else 'es')
 
 
 def split_overlap(config: Any, train: str, test: str) -> int:
@@ -180,7 +215,8 @@ def get_train_data(config: Any, *, start_batch: int = 0) -> Iterator[Batch]:
     options = tf.data.Options()
     options.autotune.enabled = False
     ds = ds.with_options(options)
-  return stream.numpy_batches(ds)
+  return stream.numpy_batches(ds, stream.train_locator(
+      config, split, start_batch * local_batch, local_batch, shared_stream))
 
 
 def get_eval_data(config: Any, spec: Optional[str] = None) -> EvalData:
@@ -215,7 +251,8 @@ def get_eval_data(config: Any, spec: Optional[str] = None) -> EvalData:
   ds = ds.concatenate(tf.data.Dataset.from_tensors(padding).repeat(num_padding))
   ds = ds.batch(local_batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
   return EvalData(num_examples=split.num_examples, num_batches=num_batches, dataset=ds,
-                  shares=split.shares, strided=split.strided)
+                  shares=split.shares, strided=split.strided,
+                  locate=stream.eval_locator(split, local_batch))
 
 
 def _open(config: Any) -> sources.Source:

@@ -26,7 +26,7 @@ import re
 import shlex
 import sys
 import traceback
-from typing import Any, Callable, Dict, Mapping
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from absl import app
 from absl import flags
@@ -54,6 +54,7 @@ INPUT_CHECKS = {
 # Config fields (any stage's) left out of the default run directory's name: they tell how to
 # treat the run that is there, they do not make another one.
 NOT_IN_RUN_NAME = ('allow_changed_inputs',)
+LOG_FILE = 'train.log'
 # A run stopped by SIGTERM with work left exits as a process killed by SIGTERM would (128 + 15),
 # so schedulers that restart only failed jobs restart it; 0 means params.npz exists.
 EXIT_STOPPED = 128 + 15
@@ -68,8 +69,8 @@ _NUM_PROCESSES = flags.DEFINE_integer('num_processes', None, 'Processes in a mul
 _PROCESS_ID = flags.DEFINE_integer('process_id', None, 'This process index (0-based).')
 _PEER_TIMEOUT = flags.DEFINE_integer(
     'peer_timeout', 60, 'Multi-process runs: seconds without a heartbeat from another process '
-    'after which this one exits with code 75 and one line naming it (JAX\'s own abort follows '
-    '30 s later as a backstop).', lower_bound=1)
+    'after which this one exits with code 75 and one line naming it (JAX\'s own abort, its '
+    'backstop, comes at the earliest 30 s later).', lower_bound=1)
 config_flags.DEFINE_config_file('config', None, 'Experiment config file (file.py or file.py:arg).',
                                 lock_config=True)
 flags.mark_flags_as_required(['config'])
@@ -113,15 +114,59 @@ def command_workdir() -> str:
                          config_flags.get_override_values(flag))
 
 
-def add_file_logger(workdir: str) -> str:
+def add_file_logger(workdir: str) -> python_logging.FileHandler:
   """Mirrors log lines into `workdir/train.log` (appending, so a resumed run keeps history)."""
   os.makedirs(workdir, exist_ok=True)
-  path = os.path.join(workdir, 'train.log')
-  handler = python_logging.FileHandler(path, mode='a')
+  handler = python_logging.FileHandler(os.path.join(workdir, LOG_FILE), mode='a')
   handler.setFormatter(logging.PythonFormatter())
   handler.addFilter(QuietLibraries())
   python_logging.getLogger().addHandler(handler)
-  return path
+  return handler
+
+
+def list_workdir(workdir: str) -> Optional[Dict[str, Tuple[int, int]]]:
+  """What a run directory holds: every file and folder under it (relative path, '.' for the
+  directory itself) with (size, mtime_ns), a folder's size -1; None if there is none."""
+  if not os.path.isdir(workdir):
+    return None
+  listing = {}
+  for parent, folders, files in os.walk(workdir):
+    for name in ['.'] * (parent == workdir) + folders + files:
+      path = os.path.normpath(os.path.join(parent, name))
+      stat = os.stat(path)
+      size = -1 if os.path.isdir(path) else stat.st_size
+      listing[os.path.relpath(path, workdir)] = (size, stat.st_mtime_ns)
+  return listing
+
+
+def undo_refused_run(workdir: str, before: Optional[Dict[str, Tuple[int, int]]],
+                     log: python_logging.FileHandler) -> bool:
+  """Puts `workdir` back as it was `before` (`list_workdir`) when a run refused to start only
+  added lines to its log and empty folders (orbax's train_state/); returns whether it did.
+
+  A run that wrote anything else (a checkpoint, metrics, its record) is left as it is.
+  """
+  python_logging.getLogger().removeHandler(log)
+  log.close()
+  before, after = before or {}, list_workdir(workdir) or {}
+  changed = [p for p, (size, mtime) in after.items() if p not in before or (
+      size >= 0 and (size, mtime) != before[p])]
+  if set(before) - set(after) or any(after[p][0] >= 0 and p != LOG_FILE for p in changed):
+    return False
+  for path in sorted((p for p in changed if after[p][0] < 0 and p != '.'), reverse=True):
+    os.rmdir(os.path.join(workdir, path))
+  log_path = os.path.join(workdir, LOG_FILE)
+  if LOG_FILE in before:
+    os.truncate(log_path, before[LOG_FILE][0])
+  elif os.path.exists(log_path):
+    os.remove(log_path)
+  if not before:
+    os.rmdir(workdir)
+  for path, (size, mtime) in before.items():  # Folders (and the log) get their times back.
+    if size < 0 or path == LOG_FILE:
+      os.utime(os.path.join(workdir, path), ns=(os.stat(os.path.join(workdir, path)).st_atime_ns,
+                                                mtime))
+  return True
 
 
 class QuietLibraries(python_logging.Filter):
@@ -195,12 +240,13 @@ def main(argv):
       _PEER_TIMEOUT.value,
       functools.partial(peer_lost_message, workdir=workdir, count=jax.process_count()),
       functools.partial(peer_failed_message, workdir=workdir, count=jax.process_count())).start()
-  config, log_path = flags.FLAGS.config, None
+  config, log, before = flags.FLAGS.config, None, None
   if jax.process_index() == 0:
     print(f'Run directory: {workdir} (rerunning the same command resumes it)', flush=True)
   try:
     check_inputs(config, workdir)  # Before the log file: a refused rerun changes nothing.
-    log_path = add_file_logger(workdir) if jax.process_index() == 0 else None
+    if jax.process_index() == 0:
+      before, log = list_workdir(workdir), add_file_logger(workdir)
     logging.info('Workdir: %s\nConfig:\n%s', workdir, config)
     result = get_trainer(config.trainer)(config, workdir)
     watchdog.stop()
@@ -209,8 +255,10 @@ def main(argv):
     logging.debug('%s', traceback.format_exc())
     message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     print(f'error: {message}', file=sys.stderr)
-    if log_path:
-      print(f'(details in {log_path}; run directory {workdir})', file=sys.stderr)
+    # Refused before it started (checks run before step 1): the run directory is as it was.
+    if log and not undo_refused_run(workdir, before, log):
+      print(f'(details in {os.path.join(workdir, LOG_FILE)}; run directory {workdir})',
+            file=sys.stderr)
     _exit_failed(watchdog, message)
   except Exception as e:
     logging.debug('%s', traceback.format_exc())
@@ -226,8 +274,25 @@ def main(argv):
   if step is not None:
     print(f'Stopped at step {step} by SIGTERM; checkpoint saved in {workdir}. To continue: '
           f'{rerun_command(workdir)}', file=sys.stderr)
-    sys.exit(EXIT_STOPPED)
+    _exit_done(EXIT_STOPPED)
   print(f'Done. Results: {result}\nWorkdir: {workdir}')
+  _exit_done(0)
+
+
+def _exit_done(code: int) -> None:
+  """Ends a run whose output is complete (checkpoints, export, logs) at once: with several
+  processes after JAX's shutdown barrier (process 0 holds the coordination service that the
+  others use until then), and without the interpreter's teardown, whose destruction of
+  TensorFlow's and JAX's objects took 5-20 s after a SIGTERM's checkpoint (2 vCPUs, 2026-11-29):
+  a scheduler's grace period after SIGTERM is for the checkpoint."""
+  import jax
+  if jax.process_count() > 1:
+    try:
+      jax.distributed.shutdown()
+    except Exception as e:  # A peer lost after this one finished: this one's results stand.
+      logging.warning('JAX distributed shutdown failed: %s', str(e).strip()[:300])
+  from vit_jax.training import parallel
+  parallel.exit_now(code)
 
 
 def _exit_failed(watchdog: Any, message: str) -> None:

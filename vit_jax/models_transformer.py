@@ -51,7 +51,9 @@ class Encoder1DBlock(nn.Module):
   (CaiT/DeiT-III/DINOv2; timm's `ls1.gamma`). `relative_grid` (rows, cols) of the patch grid
   gives the attention the paper's relative position bias (`RelativePositionKeys`, its own
   `relative_posemb` table); None for none. `valid_tokens` < the sequence length masks the keys
-  after it: the padding `Encoder(pad_tokens=...)` added (its outputs are dropped there).
+  after it: the padding `Encoder(pad_tokens=...)` added (its outputs are dropped there). The
+  call's `keep` (batch, k) names the grid's patches that follow the prefix tokens when not all
+  do (MAE's visible ones, `keep_tokens`), so each keeps its own relative offsets.
   """
 
   mlp_dim: int
@@ -69,7 +71,8 @@ class Encoder1DBlock(nn.Module):
   valid_tokens: Optional[int] = None
 
   @nn.compact
-  def __call__(self, inputs: Array, deterministic: bool) -> Array:
+  def __call__(self, inputs: Array, deterministic: bool,
+               keep: Optional[Array] = None) -> Array:
     drop_path = nn.Dropout(rate=self.drop_path_rate, broadcast_dims=(1, 2))
     x = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype,
                      param_dtype=self.param_dtype)(inputs)
@@ -82,7 +85,7 @@ class Encoder1DBlock(nn.Module):
         kernel_init=nn.initializers.xavier_uniform(),
         broadcast_dropout=False,
         dropout_rate=self.attention_dropout_rate,
-        attention_fn=self._attention_fn(x),
+        attention_fn=self._attention_fn(x, keep),
     )(x, x, deterministic=deterministic, sow_weights=sow)
     x = nn.Dropout(rate=self.dropout_rate)(x, deterministic=deterministic)
     x = inputs + drop_path(self._scale('ls1', x), deterministic=deterministic)
@@ -94,7 +97,7 @@ class Encoder1DBlock(nn.Module):
                      y, deterministic=deterministic)
     return x + drop_path(self._scale('ls2', y), deterministic=deterministic)
 
-  def _attention_fn(self, x: Array):
+  def _attention_fn(self, x: Array, keep: Optional[Array]):
     attention_fn = ops.ATTENTION_FNS[self.attention_impl]
     tokens = x.shape[1] if self.valid_tokens is None else self.valid_tokens
     if tokens < x.shape[1]:
@@ -103,9 +106,10 @@ class Encoder1DBlock(nn.Module):
       return attention_fn
     keys, index = position_embeddings.RelativePositionKeys(
         grid_shape=self.relative_grid, num_heads=self.num_heads, param_dtype=self.param_dtype,
-        name='relative_posemb')(tokens, x.shape[-1] // self.num_heads)
+        name='relative_posemb')(tokens, x.shape[-1] // self.num_heads, keep)
     # Padded rows and columns read any offset (0): their keys are masked, their rows dropped.
-    index = np.pad(index, (0, x.shape[1] - tokens))
+    pad = ((0, 0),) * (index.ndim - 2) + ((0, x.shape[1] - tokens),) * 2
+    index = np.pad(index, pad) if keep is None else jnp.pad(index, pad)
     return position_embeddings.relative_attention(attention_fn, keys, index)
 
   def _scale(self, name: str, x: Array) -> Array:
@@ -214,25 +218,27 @@ class Encoder(nn.Module):
                              activation=self.activation, layer_norm_eps=self.layer_norm_eps,
                              layer_scale=self.layer_scale, relative_grid=relative_grid,
                              valid_tokens=num_tokens, name=f'encoderblock_{i}')
-      x = self._remat_block(block, x, not train) if remat else block(x, not train)
+      x = self._remat_block(block, x, not train, keep) if remat else block(x, not train, keep)
     x = x[:, :num_tokens]
     if not self.final_norm:
       return x
     return nn.LayerNorm(epsilon=self.layer_norm_eps, param_dtype=self.param_dtype,
                         name='encoder_norm')(x)
 
-  def _remat_block(self, block: 'Encoder1DBlock', x: Array, deterministic: bool) -> Array:
+  def _remat_block(self, block: 'Encoder1DBlock', x: Array, deterministic: bool,
+                   keep: Optional[Array]) -> Array:
     """Runs `block` on its own params, recomputing its activations in the backward pass."""
     # Without a 'dropout' rng the block raises Flax's own error if one of its rates needs it.
     random = not deterministic and self.has_rng('dropout')
     rng = self.make_rng('dropout') if random else None
     definition = block.clone(parent=None)
 
-    def apply(params, inputs, key):
+    def apply(params, inputs, given):
+      key, kept = given
       rngs = {'dropout': key} if random else None
-      return definition.apply({'params': params}, inputs, deterministic, rngs=rngs)
+      return definition.apply({'params': params}, inputs, deterministic, kept, rngs=rngs)
 
-    return ops.rematerialized(apply)(block.variables['params'], x, rng)
+    return ops.rematerialized(apply)(block.variables['params'], x, (rng, keep))
 
   def _relative_grid(self, grid_shape: Optional[Tuple[int, int]]
                      ) -> Optional[Tuple[int, int]]:

@@ -160,6 +160,9 @@ ACTIVATIONS = {
 def rematerialized(fn: Callable[[Any, Array, Array], Array]) -> Callable[..., Array]:
   """`fn(params, x, rng)` that keeps only its inputs and recomputes the rest for the gradient.
 
+  `rng` is any tree of inputs not differentiated (the encoder passes its dropout rng and MAE's
+  kept patch indices).
+
   Unlike `jax.checkpoint`, the recomputation reads `x + 0 * cotangent`, so it cannot start
   before the backward pass reaches this call: XLA:CPU removes `jax.checkpoint`'s optimisation
   barriers early and CSE then merges the recomputation back into the forward pass (no memory

@@ -154,10 +154,16 @@ class RelativePositionKeys(nn.Module):
   param_dtype: Dtype = jnp.float32
 
   @nn.compact
-  def __call__(self, num_tokens: int, head_dim: int) -> Tuple[Array, np.ndarray]:
-    """(keys (rows, heads, head_dim), index (tokens, tokens)) for `relative_attention`."""
+  def __call__(self, num_tokens: int, head_dim: int,
+               keep: Optional[Array] = None) -> Tuple[Array, Any]:
+    """(keys (rows, heads, head_dim), index) for `relative_attention`.
+
+    The index is (tokens, tokens) for a sequence of the prefix tokens and the whole grid; with
+    `keep` (batch, k), the grid indices of the only patches after the prefix (MAE's visible
+    ones), it is (batch, tokens, tokens): each kept patch at its own offsets.
+    """
     gh, gw = self.grid_shape
-    num_prefix = num_tokens - gh * gw
+    num_prefix = num_tokens - (gh * gw if keep is None else keep.shape[1])
     if num_prefix < 0:
       raise ValueError(f'posemb=relative: {num_tokens} tokens cannot hold a {gh}x{gw} grid')
     table = self.param('rel_embedding', self.posemb_init,
@@ -167,24 +173,37 @@ class RelativePositionKeys(nn.Module):
       prefix = self.param('rel_embedding_prefix', self.posemb_init,
                           (RELATIVE_PREFIX_ROWS, self.num_heads, head_dim), self.param_dtype)
       keys = jnp.concatenate([keys, prefix], axis=0)
-    return keys, relative_offset_index(self.grid_shape, num_prefix)
+    index = relative_offset_index(self.grid_shape, num_prefix)
+    return keys, index if keep is None else kept_offset_index(index, keep, num_prefix)
 
 
-def relative_logits(query: Array, keys: Array, index: np.ndarray) -> Array:
+def kept_offset_index(index: np.ndarray, keep: Array, num_prefix: int) -> Array:
+  """(batch, tokens, tokens): the rows and columns of the whole sequence's `index` of the prefix
+  tokens and the patches at `keep` (batch, k), in that order (`models_transformer.keep_tokens`).
+  """
+  prefix = jnp.broadcast_to(jnp.arange(num_prefix, dtype=keep.dtype), (keep.shape[0], num_prefix))
+  tokens = jnp.concatenate([prefix, num_prefix + keep], axis=1)
+  return jnp.asarray(index)[tokens[:, :, None], tokens[:, None, :]]
+
+
+def relative_logits(query: Array, keys: Array, index: Any) -> Array:
   """(batch, heads, q, k) bias: query · keys[index[q, k]] / sqrt(head_dim).
 
-  The query meets every offset's key once (batch × heads × q × rows products) and the pairs
-  gather their offset's logit, so no (q, k, head_dim) tensor is built.
+  `index` is (q, k), or (batch, q, k) when each image keeps its own patches (MAE). The query
+  meets every offset's key once (batch × heads × q × rows products) and the pairs gather their
+  offset's logit, so no (q, k, head_dim) tensor is built.
   """
   scale = 1. / math.sqrt(query.shape[-1])
   per_row = jnp.einsum('bqhd,rhd->bhqr', query * jnp.asarray(scale, query.dtype),
                        keys.astype(query.dtype))
-  index = jnp.broadcast_to(jnp.asarray(index)[None, None], per_row.shape[:3] + index.shape[-1:])
+  index = jnp.asarray(index)
+  index = index[None, None] if index.ndim == 2 else index[:, None]
+  index = jnp.broadcast_to(index, per_row.shape[:3] + index.shape[-1:])
   return jnp.take_along_axis(per_row, index, axis=-1)
 
 
 def relative_attention(attention_fn: Callable[..., Array], keys: Array,
-                       index: np.ndarray) -> Callable[..., Array]:
+                       index: Any) -> Callable[..., Array]:
   """`attention_fn` with `relative_logits` added as a bias to the content logits.
 
   The result reports `attention_fn`'s signature (`functools.wraps`), so Flax passes it the

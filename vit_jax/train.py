@@ -242,6 +242,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
         from_checkpoint.with_checkpoint_model(config, pretrained), pretrained)
   manager = resume.make_checkpoint_manager(workdir, config)
   trainer = state_lib.build_trainer(config, needs_pretrained=manager.latest_step() is None)
+  eval_data = get_eval_splits(config)  # Its splits checked too before anything is written.
   state, damaged = resume.restore_or_init(manager, lambda: state_lib.abstract_state(trainer),
                                           lambda: state_lib.init_state(trainer,
                                                                        pretrained=pretrained))
@@ -262,7 +263,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   writer = metric_writers.create_default_writer(workdir, just_logging=jax.process_index() > 0)
   progress = progress_lib.ProgressLog(writer, trainer.total_steps, start, config.batch,
                                       os.path.join(workdir, 'metrics.jsonl'))
-  eval_data = get_eval_splits(config)
   eval_step = make_eval_step(trainer.model, trainer.mesh,
                              state_lib.state_shardings(trainer)['params'], config.loss,
                              masked.objective(config, trainer.model))
@@ -304,13 +304,13 @@ def _train_loop(trainer: state_lib.Trainer, state: State, start: int,
       if _is_due(step, config.progress_every, total):
         # Step `step` (1-based) was the optimizer's update number step - 1: that is its lr.
         progress.train(step, float(trainer.schedule(step - 1)))
+      if save_due:  # Before the evaluations: one that fails never costs this step's checkpoint.
+        resume.save_checkpoint(manager, step, state)
       # After SIGTERM the grace period goes to the checkpoint, not to an eval due at this step.
       if _is_due(step, config.eval_every, total) and not stopping:
         result = run_eval(trainer, eval_step, state, eval_data, progress, step)
       if fewshot_eval and fewshot.is_due(step, config, total) and not stopping:
         progress.write(step, fewshot_eval(export.final_params(state), step))
-      if save_due:
-        resume.save_checkpoint(manager, step, state)
       if stopping:
         manager.wait_until_finished()
         logging.warning('Stopped at step %d after SIGTERM; rerun the same command to resume.',
@@ -318,8 +318,7 @@ def _train_loop(trainer: state_lib.Trainer, state: State, start: int,
         return {'stopped_at': step, **result}
     manager.wait_until_finished()
   finally:
-    stop.restore()
-    batches.close()  # Its tf.data threads stop now, not at interpreter exit (where they hang).
+    stop.close(batches)  # Now, or after SIGTERM without waiting for tf.data (`StopSignal.close`).
   if not result:  # Nothing left to train (a finished run rerun) or no eval was due: report one.
     result = run_eval(trainer, eval_step, state, eval_data, progress, total)
   if jax.process_index() == 0:
@@ -390,9 +389,13 @@ def stage_runs(config: ml_collections.ConfigDict, workdir: str
 
 def check_inputs(config: ml_collections.ConfigDict, workdir: str) -> None:
   """Compares each run directory's record with this command's inputs before anything (a log
-  line included) is written; raises `run_record.ChangedInputsError` as the run itself would."""
-  for stage_config, stage_dir in stage_runs(config, workdir):
+  line included) is written; raises `run_record.ChangedInputsError` as the run itself would.
+  Stage 2's few-shot evaluation is checked too: its refusal must not wait for stage 1 to train."""
+  runs = stage_runs(config, workdir)
+  for stage_config, stage_dir in runs:
     run_record.check(stage_config, stage_dir)
+  for stage_config, _ in runs[1:]:  # pretrain_then_finetune's stage 2.
+    fewshot.check_datasets(stage_config, fewshot.config_flags('--config.finetune.'))
 
 
 __all__ = ['train_and_evaluate', 'pretrain_then_finetune', 'make_train_step', 'make_eval_step',

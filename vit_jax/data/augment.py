@@ -53,13 +53,14 @@ def make_train_preprocess(config: Any, num_classes: int) -> Callable[[Example, t
   def preprocess(example, seed):
     crop_seed, flip_seed, randaug_seed = tf.unstack(
         tf.random.experimental.stateless_split(seed, 3))
-    image = image_ops.decode(example['image'])
-    if aug == 'inception':
-      image = inception_crop(image, crop, crop_seed, area_min)
+    if aug == 'inception':  # Only the crop is decoded (where the format allows).
+      image = image_ops.resize(image_ops.decode_window(
+          example['image'], lambda shape: inception_window(shape, crop_seed, area_min)), crop)
     elif aug == 'pad_flip':
-      image = pad_and_crop(image_ops.resize(image, crop), crop // 8, crop_seed)
+      image = pad_and_crop(image_ops.resize(image_ops.decode(example['image']), crop),
+                           crop // 8, crop_seed)
     else:
-      image = image_ops.resize(image, crop)
+      image = image_ops.resize(image_ops.decode(example['image']), crop)
     if aug != 'none':
       image = tf.image.stateless_random_flip_left_right(image, flip_seed)
     if num_layers:
@@ -74,10 +75,17 @@ def make_train_preprocess(config: Any, num_classes: int) -> Callable[[Example, t
 def inception_crop(image: tf.Tensor, size: int, seed: tf.Tensor,
                    area_min: float = 0.05) -> tf.Tensor:
   """The official random crop: `area_min` (5%)-100% of the area, aspect 3/4-4/3, resized."""
-  begin, crop, _ = tf.image.stateless_sample_distorted_bounding_box(
-      tf.shape(image), tf.zeros([0, 0, 4], tf.float32), seed=seed, area_range=(area_min, 1.0),
+  return image_ops.resize(tf.slice(image, *inception_window(tf.shape(image), seed, area_min)),
+                          size)
+
+
+def inception_window(shape: tf.Tensor, seed: tf.Tensor,
+                     area_min: float = 0.05) -> Tuple[tf.Tensor, tf.Tensor]:
+  """`inception_crop`'s window (begin, size) in an image of `shape` [h, w, c]."""
+  begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+      shape, tf.zeros([0, 0, 4], tf.float32), seed=seed, area_range=(area_min, 1.0),
       min_object_covered=0, use_image_if_no_bounding_boxes=True)
-  return image_ops.resize(tf.slice(image, begin, crop), size)
+  return begin, size
 
 
 def pad_and_crop(image: tf.Tensor, pad: int, seed: tf.Tensor) -> tf.Tensor:

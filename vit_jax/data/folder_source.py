@@ -7,8 +7,11 @@ files within a class by name), so every % slice holds each class in proportion a
 folder when only one of them exists; with train/ alone they are `train[98%:]` and a bare `train`
 is `train[:98%]`, as the TFDS presets hold out a slice. Listing only reads directories; a broken
 file is found when read (`image_ops.readable`). Folder rules (`image_ops.image_files`, as
-torchvision's ImageFolder): images in nested sub-folders of a class belong to it, hidden files
-and folders (`.ipynb_checkpoints`) are skipped, and an empty class folder is an error.
+torchvision's ImageFolder): the images are the files named as one (`image_ops.IMAGE_EXTENSIONS`,
+the list every tool reads), images in nested sub-folders of a class belong to it, hidden files
+and folders (`.ipynb_checkpoints`) are skipped, a symlinked folder that leads back into the
+dataset is not followed, other files are skipped and counted in one logged line, and an empty
+class folder is an error.
 """
 
 import functools
@@ -51,8 +54,9 @@ def open_folder(root: str) -> sources.Source:
     classes = (UNLABELED,)
   if not classes:
     raise ValueError(f'{root} is not an image dataset: expected {root}/train/<class>/*.jpg '
-                     f'(or .jpeg/.png) and {root}/test/<class>/*.jpg, one folder per class (or, '
-                     f'unlabeled for self-supervised pretraining, {root}/train/*.jpg).')
+                     f'(or {"/".join(image_ops.IMAGE_EXTENSIONS[1:])}) and '
+                     f'{root}/test/<class>/*.jpg, one folder per class (or, unlabeled for '
+                     f'self-supervised pretraining, {root}/train/*.jpg).')
 
   def split(name: str, per_process: bool = True) -> sources.Split:
     paths, labels = folder_split(root, classes, without_held_out(root, name))
@@ -90,7 +94,7 @@ def identity(root: str, classes: Tuple[str, ...]) -> Dict[str, Any]:
     split_dir = os.path.join(root, folder)
     if not os.path.isdir(split_dir):
       continue
-    paths, _ = _list_images(split_dir, classes)
+    paths, _ = _list_images(root, folder, classes)
     digest = hashlib.sha256()
     for path in sorted(str(p) for p in paths):
       digest.update(f'{os.path.relpath(path, root)}\0{os.path.getsize(path)}\n'.encode())
@@ -103,7 +107,7 @@ def _train_folder(root: str) -> str:
 
 def _has_images(directory: str) -> bool:
   return os.path.isdir(directory) and any(
-      e.name.lower().endswith(image_ops.DATASET_EXTENSIONS) and e.is_file()
+      e.name.lower().endswith(image_ops.IMAGE_EXTENSIONS) and e.is_file()
       and not image_ops.is_hidden(e.name) for e in os.scandir(directory))
 
 
@@ -155,7 +159,7 @@ def _base_split(root: str, classes: Tuple[str, ...], name: str) -> Tuple[np.ndar
   if folder:
     if folder != name:
       sources.log_once(f'{root} has no {name}/ folder: split {name!r} reads {folder}/.')
-    return _list_images(os.path.join(root, folder), classes)
+    return _list_images(root, folder, classes)
   if name in SPLIT_FOLDERS:
     sources.log_once(f'{root} has only train/: split {name!r} is {HELD_OUT_SPLIT} (the last 2% '
                      f'of train/ in its fixed order); split \'train\' is then '
@@ -167,29 +171,37 @@ def _base_split(root: str, classes: Tuple[str, ...], name: str) -> Tuple[np.ndar
 
 
 @functools.cache
-def _list_images(split_dir: str, classes: Tuple[str, ...]) -> Tuple[np.ndarray, np.ndarray]:
-  """Image files under split_dir/<class>/ and their labels, classes interleaved evenly.
+def _list_images(root: str, folder: str,
+                 classes: Tuple[str, ...]) -> Tuple[np.ndarray, np.ndarray]:
+  """Image files under root/folder/<class>/ and their labels, classes interleaved evenly.
 
   File j of a class with n files sorts at (j + 0.5) / n (ties by class), files within a class
   by relative path: any prefix or suffix holds every class in proportion. Only directories are read
-  (no file is opened), so a million files list in seconds; cached per process.
+  (no file is opened), so a million files list in seconds; cached per process. What is left out
+  (other files, symlinks back into `root`) is logged in one line each.
   """
+  split_dir = os.path.join(root, folder)
   unknown = sorted(set(image_ops.class_folders(split_dir)) - set(classes))
   if unknown:
     raise ValueError(f'{split_dir} has class folders {unknown} that train/ lacks; every class '
                      'needs a folder in train/.')
-  files = [image_ops.image_files(os.path.join(split_dir, c), image_ops.DATASET_EXTENSIONS)
+  skipped = image_ops.Skipped()
+  if classes != (UNLABELED,):  # Files beside the class folders belong to no class.
+    skipped.files += [e.path for e in os.scandir(split_dir)
+                      if not e.is_dir() and not image_ops.is_hidden(e.name)]
+  files = [image_ops.image_files(os.path.join(split_dir, c), root, skipped)
            if os.path.isdir(os.path.join(split_dir, c)) else [] for c in classes]
+  skipped.log(split_dir, root)
   empty = [c for c, names in zip(classes, files)
            if not names and os.path.isdir(os.path.join(split_dir, c))]
   if empty:
     named = ', '.join(os.path.join(split_dir, c) for c in empty[:3])
     more = f' and {len(empty) - 3} more' if len(empty) > 3 else ''
     raise ValueError(f'Empty class folder {named}{more}: no '
-                     f'{"/".join(image_ops.DATASET_EXTENSIONS)} files in it or its sub-folders '
+                     f'{"/".join(image_ops.IMAGE_EXTENSIONS)} files in it or its sub-folders '
                      '(hidden ones are skipped); add its images or delete the folder.')
   if not any(files):
-    raise ValueError(f'{split_dir} has no {"/".join(image_ops.DATASET_EXTENSIONS)} files in its '
+    raise ValueError(f'{split_dir} has no {"/".join(image_ops.IMAGE_EXTENSIONS)} files in its '
                      f'class folders; expected {split_dir}/<class>/*.jpg.')
   labels = np.concatenate([np.full(len(f), c, np.int64) for c, f in enumerate(files)])
   ranks = np.concatenate([(np.arange(len(f)) + 0.5) / len(f) for f in files if f])

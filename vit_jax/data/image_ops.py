@@ -3,26 +3,30 @@
 One implementation for training and the tools: the input pipeline runs `decode`, `resize` and
 `make_normalize` as tf.data ops; the tools (predict, features, analyze) run the same ops eagerly
 on single files (`read_image`, `preprocess`), so predictions on a file match eval on it bit for
-bit. TensorFlow is imported on first use, so the tools' `--help` stays fast.
+bit. One list of image files (`IMAGE_EXTENSIONS`) for every path: TF decodes JPEG, PNG, GIF,
+BMP and WebP, Pillow the rest (TIFF), in training as in the tools. TensorFlow is imported on
+first use, so the tools' `--help` stays fast.
 """
 
+import dataclasses
 import functools
+import io
 import os
 import threading
-from typing import Any, Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 from absl import logging
 
 from vit_jax import presets
 
-# Files the tools read as images (by name). Pillow reads those TF cannot (TIFF, 16-bit PNG...).
+# The files read as images (by name, any case) by every path: training and evaluation folders,
+# predict, analyze, features, fewshot. `decode` reads each: TF the formats it decodes, Pillow TIFF.
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.gif', '.bmp', '.webp', '.tif', '.tiff')
-# The files of a dataset folder: those whose completeness `readable` checks before training.
-DATASET_EXTENSIONS = IMAGE_EXTENSIONS[:3]
-# File signatures of the formats TF decodes (JPEG, PNG, GIF, BMP); others go straight to Pillow
-# so TF never logs a C++ warning for a file it cannot read.
+# File signatures of the formats TF decodes (JPEG, PNG, GIF, BMP; WebP is RIFF....WEBP); others
+# go straight to Pillow, so TF never logs a C++ warning for a file it cannot read.
 _TF_IMAGE_MAGIC = (b'\xff\xd8\xff', b'\x89PNG', b'GIF8', b'BM')
+_RIFF, _WEBP = b'RIFF', b'WEBP'  # At bytes 0 and 8 of a WebP.
 _PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
 _PNG_END = b'\x00\x00\x00\x00IEND\xaeB`\x82'  # The IEND chunk: length 0, type, its fixed CRC.
 
@@ -44,12 +48,37 @@ def decode(data):
 
   Grayscale is repeated, alpha dropped, 16-bit samples keep their high byte (TF's own
   conversion, x >> 8: within one 8-bit level of x / 65535 · 255), and a JPEG's EXIF
-  Orientation is applied (`exif_orientation`), as cameras and phones store portraits.
+  Orientation is applied (`exif_orientation`), as cameras and phones store portraits. TF
+  decodes what it can (JPEG, PNG, GIF's first frame, BMP, WebP); Pillow the rest (TIFF),
+  as `read_image` does.
   """
   tf = _tf()
-  image = tf.io.decode_image(data, channels=3, expand_animations=False)
+  image = tf.cond(_tf_decodes(data),
+                  lambda: tf.io.decode_image(data, channels=3, expand_animations=False),
+                  lambda: tf.numpy_function(_pillow_pixels, [data], tf.uint8, stateful=False))
   image.set_shape([None, None, 3])
   return orient(image, exif_orientation(data))
+
+
+def _tf_decodes(data):
+  """Whether bytes (tf.string) start as a format TF decodes (`_TF_IMAGE_MAGIC`, WebP)."""
+  tf = _tf()
+  head = tf.strings.join([tf.strings.substr(data, 0, 12), bytes(12)])  # Short files: zeros.
+  known = [tf.equal(tf.strings.substr(head, 0, len(magic)), magic) for magic in _TF_IMAGE_MAGIC]
+  webp = tf.logical_and(tf.equal(tf.strings.substr(head, 0, 4), _RIFF),
+                        tf.equal(tf.strings.substr(head, 8, 4), _WEBP))
+  return tf.reduce_any(tf.stack(known + [webp]))
+
+
+def _tf_decodes_header(header: bytes) -> bool:
+  """`_tf_decodes` on a file's first 12 bytes, in Python."""
+  return header.startswith(_TF_IMAGE_MAGIC) or (header[:4] == _RIFF and header[8:12] == _WEBP)
+
+
+def _pillow_pixels(data: Any) -> np.ndarray:
+  """`decode`'s Pillow path (a tf.numpy_function): bytes → uint8 (h, w, 3)."""
+  data = data.item() if isinstance(data, np.ndarray) else bytes(data)  # numpy_function: 0-d.
+  return _pillow_decode(data, 'the image')
 
 
 # EXIF Orientation (tag 0x0112) → (transpose, flip rows, flip columns), applied in that order:
@@ -66,13 +95,25 @@ def exif_orientation(data):
   """The EXIF Orientation (1-8) of JPEG bytes (tf.string scalar); 1 when there is none.
 
   One op (`jpeg_orientation` on the first 64 KiB): a parse in TF ops costs tens of small ops
-  per image, more than the decode on a busy CPU.
+  per image, more than the decode on a busy CPU. It runs only for a JPEG whose first 64 KiB
+  hold `Exif\0\0` (the answer is 1 without them): a Python call per image takes the GIL from
+  the train loop, and for every image it made the quickstart's input pipeline (PNGs) 2.2x
+  slower (docs/performance.md, "The quickstart's input pipeline").
   """
   tf = _tf()
-  orientation = tf.numpy_function(jpeg_orientation, [tf.strings.substr(data, 0, _EXIF_SEARCH)],
-                                  tf.int32, stateful=False)
-  orientation.set_shape([])
-  return orientation
+  head = tf.strings.substr(data, 0, _EXIF_SEARCH)
+
+  def parse():
+    orientation = tf.numpy_function(jpeg_orientation, [head], tf.int32, stateful=False)
+    orientation.set_shape([])
+    return orientation
+
+  def if_exif():  # Exif\0\0 somewhere in the head: the only case `jpeg_orientation` reads.
+    return tf.cond(tf.size(tf.strings.split(head, _EXIF_HEADER)) > 1, parse,
+                   lambda: tf.constant(1, tf.int32))
+
+  return tf.cond(tf.equal(tf.strings.substr(head, 0, 2), b'\xff\xd8'), if_exif,
+                 lambda: tf.constant(1, tf.int32))
 
 
 def jpeg_orientation(head: Any) -> np.int32:
@@ -132,6 +173,42 @@ def _indices(size, flip):
   return tf.where(flip, tf.range(size - 1, -1, -1), tf.range(size))
 
 
+_CROP_MARGIN = 2  # Pixels decoded beyond each side of a JPEG window (`decode_window`).
+
+
+def decode_window(data, window: Callable):
+  """`decode` then a crop, decoding only the crop where it can: the same pixels either way.
+
+  `window(shape)` maps the displayed image's shape [h, w, 3] (int32) to the crop's (begin,
+  size), as `tf.slice` takes them ([y, x, 0], [h, w, 3]). An upright JPEG (no EXIF rotation) is
+  decoded inside the window only (`tf.image.decode_and_crop_jpeg`: libjpeg skips the rows
+  above and below and the columns beside it); other files are decoded whole, then sliced.
+  """
+  tf = _tf()
+
+  def jpeg_window():
+    shape = tf.concat([tf.image.extract_jpeg_shape(data)[:2], [3]], 0)
+    begin, size = window(shape)
+    # libjpeg takes a window's edges for the image's: chroma upsampled there (4:2:0, 4:2:2)
+    # would lack its neighbours, so a margin is decoded too and cut off.
+    wide_begin = tf.maximum(begin[:2] - _CROP_MARGIN, 0)
+    wide_size = tf.minimum(begin[:2] + size[:2] + _CROP_MARGIN, shape[:2]) - wide_begin
+    image = tf.image.decode_and_crop_jpeg(data, tf.concat([wide_begin, wide_size], 0),
+                                          channels=3)
+    image = tf.slice(image, tf.concat([begin[:2] - wide_begin, [0]], 0), size)
+    image.set_shape([None, None, 3])
+    return image
+
+  def whole():
+    image = decode(data)
+    begin, size = window(tf.shape(image))
+    return tf.slice(image, begin, size)
+
+  upright_jpeg = tf.logical_and(tf.equal(tf.strings.substr(data, 0, 3), _TF_IMAGE_MAGIC[0]),
+                                tf.equal(exif_orientation(data), 1))
+  return tf.cond(upright_jpeg, jpeg_window, whole)
+
+
 def resize(image, size: int):
   """Bilinear to [size, size] as float32 in [0, 255], no antialiasing (identity at same size)."""
   return _tf().image.resize(image, [size, size], method='bilinear')
@@ -172,21 +249,30 @@ def read_image(path: str) -> np.ndarray:
   """
   if not os.path.isfile(path):
     raise ImageError(f'Could not find image "{path}"; check the path.')
-  with open(path, 'rb') as f:
-    header = f.read(8)
-  if header.startswith(_TF_IMAGE_MAGIC):
+  try:
+    with open(path, 'rb') as f:
+      data = f.read()
+  except OSError as e:
+    raise ImageError(f'Could not read image "{path}" ({e.strerror}); check its permissions.'
+                     ) from None
+  if _tf_decodes_header(data[:12]):
     tf = _tf()
     try:
-      return decode(tf.io.read_file(path)).numpy()
+      return decode(tf.constant(data)).numpy()
     except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError):
       pass  # E.g. a truncated JPEG; Pillow's error message is the clearer one.
-  return _read_image_pil(path)
+  return _pillow_decode(data, path)
 
 
-def _read_image_pil(path: str) -> np.ndarray:
+def _pillow_decode(data: bytes, path: str) -> np.ndarray:
+  """Pillow's uint8 RGB (h, w, 3) of an image file's bytes, as `decode` reads it.
+
+  Raises:
+    ImageError: Pillow cannot decode it (`path` names it).
+  """
   from PIL import Image, ImageOps, UnidentifiedImageError
   try:
-    with Image.open(path) as image:
+    with Image.open(io.BytesIO(data)) as image:
       image.load()
       image = ImageOps.exif_transpose(image)  # A TIFF's Orientation tag, as `decode` a JPEG's.
       if image.mode.startswith('I;16') or image.mode == 'I':
@@ -231,20 +317,38 @@ _unreadable: Dict[str, set] = {}  # Folder → names of its broken files met by 
 
 
 def readable(data, name):
-  """Whether `data` is a whole JPEG, PNG, WebP or BMP (all that TF decodes); logs it if not.
+  """Whether `data` is a whole image file that `decode` reads; logs it if not.
 
-  Bytes after the end are allowed: cameras and phones append trailers (maker notes, a second
-  image, a video) after a JPEG's EOI, and some writers pad PNGs; TF decodes both.
+  A JPEG, PNG, WebP or BMP is checked in TF ops (complete up to its end); any other file (GIF,
+  TIFF, or no image at all) is decoded by Pillow to tell (`_readable_by_pillow`). Bytes after
+  the end are allowed: cameras and phones append trailers (maker notes, a second image, a
+  video) after a JPEG's EOI, and some writers pad PNGs; TF decodes both.
 
   Args:
     data: The file's bytes (tf.string scalar).
     name: Its path (tf.string scalar), for the warning.
   """
   tf = _tf()
-  ok = tf.reduce_any(tf.stack([_complete_jpeg(data), _complete_png(data),
-                               _complete_webp_or_bmp(data)]))
-  return tf.cond(ok, lambda: ok, lambda: tf.numpy_function(_count_unreadable, [name], tf.bool,
-                                                           stateful=True))
+  # Only the check of the file's own format runs (each reads the whole file).
+  ok = tf.cond(tf.equal(tf.strings.substr(data, 0, 3), _TF_IMAGE_MAGIC[0]),
+               lambda: _complete_jpeg(data),
+               lambda: tf.cond(tf.equal(tf.strings.substr(data, 0, 4), _TF_IMAGE_MAGIC[1]),
+                               lambda: _complete_png(data),
+                               lambda: _complete_webp_or_bmp(data)))
+  return tf.cond(ok, lambda: ok, lambda: tf.numpy_function(_readable_by_pillow, [data, name],
+                                                           tf.bool, stateful=True))
+
+
+def _readable_by_pillow(data: Any, name: bytes) -> np.bool_:
+  """A file the TF checks refused: a GIF or TIFF Pillow decodes is whole; else it is counted."""
+  data = data.item() if isinstance(data, np.ndarray) else bytes(data)
+  if not data[:12].startswith((b'\xff\xd8\xff', b'\x89PNG', b'BM', _RIFF)):  # Checked: broken.
+    try:
+      _pillow_decode(data, '')
+      return np.bool_(True)
+    except ImageError:
+      pass
+  return _count_unreadable(name)
 
 
 def _complete_png(data):
@@ -279,29 +383,35 @@ def _complete_jpeg(data):
 
   Walking by lengths (as libjpeg reads markers) skips an EXIF thumbnail's own SOS ... EOI, so a
   file cut inside its main scan is caught; anything after the EOI is a trailer and allowed.
+  Each step reads 4 bytes and the EOI is a substring search: no op touches the file byte by
+  byte (as int32 tensors of the whole file, it cost as much CPU as the decode).
   """
   tf = _tf()
-  raw = tf.cast(tf.io.decode_raw(data, tf.uint8), tf.int32)
-  size = tf.size(raw)
-  padded = tf.concat([raw, tf.zeros([4], tf.int32)], 0)  # Reads past the end see zeros.
-  byte = lambda i: padded[tf.minimum(i, size + 3)]  # noqa: E731
-  soi = tf.equal(tf.strings.substr(data, 0, 3), b'\xff\xd8\xff')
+  size = tf.strings.length(data)
+  padded = tf.strings.join([data, bytes(4)])  # Reads past the end see zeros.
+
+  def bytes_at(pos):  # The 4 bytes at `pos` (clamped to the padding), as int32.
+    chunk = tf.strings.substr(padded, tf.minimum(pos, size), 4)
+    return tf.cast(tf.io.decode_raw(chunk, tf.uint8), tf.int32)
 
   def at_scan(pos):
-    return tf.logical_and(tf.equal(byte(pos), 0xFF), tf.equal(byte(pos + 1), 0xDA))
+    head = bytes_at(pos)
+    return tf.logical_and(tf.equal(head[0], 0xFF), tf.equal(head[1], 0xDA))
 
   def next_marker(pos):
-    marker, length = byte(pos + 1), byte(pos + 2) * 256 + byte(pos + 3)
+    head = bytes_at(pos)
+    marker, length = head[1], head[2] * 256 + head[3]
     standalone = tf.logical_or(tf.equal(marker, 0x01),
                                tf.logical_and(marker >= 0xD0, marker <= 0xD7))
-    skip = tf.where(tf.logical_or(tf.not_equal(byte(pos), 0xFF), tf.equal(marker, 0xFF)), 1,
+    skip = tf.where(tf.logical_or(tf.not_equal(head[0], 0xFF), tf.equal(marker, 0xFF)), 1,
                     tf.where(standalone, 2, 2 + length))  # Garbage and fill bytes: one at a time.
     return (pos + skip,)
 
+  soi = tf.equal(tf.strings.substr(data, 0, 3), b'\xff\xd8\xff')
   (pos,) = tf.while_loop(lambda pos: tf.logical_and(pos + 1 < size, tf.logical_not(at_scan(pos))),
                          next_marker, (tf.where(soi, 2, size),))
-  scan = raw[tf.minimum(pos, size):]
-  eoi = tf.reduce_any(tf.logical_and(tf.equal(scan[:-1], 0xFF), tf.equal(scan[1:], 0xD9)))
+  scan = tf.strings.substr(data, tf.minimum(pos, size), size)
+  eoi = tf.size(tf.strings.split(scan, sep=b'\xff\xd9')) > 1
   return tf.logical_and(soi, tf.logical_and(at_scan(pos), eoi))
 
 
@@ -315,8 +425,8 @@ def _count_unreadable(name: bytes) -> np.bool_:
     seen.add(path)
     count = len(seen)
   if new and count & (count - 1) == 0:
-    logging.warning('Skipped %d unreadable image file(s) in %s so far (not a complete '
-                    'JPEG/PNG/WebP/BMP), e.g. %s: delete or replace them.', count, folder, path)
+    logging.warning('Skipped %d unreadable image file(s) in %s so far (cut short, or not an '
+                    'image file), e.g. %s: delete or replace them.', count, folder, path)
   return np.bool_(False)
 
 
@@ -330,30 +440,84 @@ def class_folders(directory: str) -> List[str]:
   return sorted(e.name for e in os.scandir(directory) if e.is_dir() and not is_hidden(e.name))
 
 
-def image_files(folder: str, extensions: Sequence[str] = IMAGE_EXTENSIONS) -> List[str]:
+@dataclasses.dataclass
+class Skipped:
+  """What listings left out, said in one line each by `log`.
+
+  Attributes:
+    files: visible files that are not images by name (`IMAGE_EXTENSIONS`), or not in a class.
+    links: symlinked folders not followed: they lead back into the tree being listed.
+  """
+  files: List[str] = dataclasses.field(default_factory=list)
+  links: List[str] = dataclasses.field(default_factory=list)
+
+  def log(self, where: str, tree: str) -> None:
+    """One warning line per kind of skip, with the count and an example."""
+    if self.files:
+      logging.warning('Skipped %d file(s) in %s that are not %s images (in a class folder), '
+                      'e.g. %s: convert, rename or move them to use them.', len(self.files),
+                      where, '/'.join(IMAGE_EXTENSIONS), sorted(self.files)[0])
+    if self.links:
+      link = sorted(self.links)[0]
+      logging.warning('Did not follow %d symlinked folder(s) in %s that lead back into %s (each '
+                      'image is listed once, in its own folder), e.g. %s -> %s.',
+                      len(self.links), where, tree, link, os.path.realpath(link))
+
+
+def image_files(folder: str, tree: Optional[str] = None,
+                skipped: Optional[Skipped] = None) -> List[str]:
   """Image files under `folder` as paths relative to it, sorted; hidden files and folders skipped.
 
   Recursive, as torchvision's ImageFolder reads a class folder: images in nested sub-folders
-  belong to it. Only directories are read (no file is opened). The one listing that training,
-  evaluation and the tools (predict, analyze) use.
+  belong to it. Symlinks are followed, except to a folder that leads back into `tree` (default
+  `folder`: e.g. `cat/up -> ..`, which would list every class again inside cat) or to a folder
+  already listed (a loop). Only directories are read (no file is opened). The one listing that
+  training, evaluation and the tools (predict, analyze, features) use; what it leaves out is
+  added to `skipped`.
   """
-  found = []
+  tree = os.path.realpath(tree or folder)
+  skipped = Skipped() if skipped is None else skipped
+  found, seen = [], set()
   for root, dirs, names in os.walk(folder, followlinks=True):
-    dirs[:] = [d for d in dirs if not is_hidden(d)]  # Pruned: os.walk never enters them.
+    seen.add(os.path.realpath(root))
+    kept = []
+    for d in dirs:
+      path = os.path.join(root, d)
+      if is_hidden(d):
+        continue  # Pruned: os.walk never enters them.
+      if os.path.islink(path) and _leads_back(os.path.realpath(path), tree, seen):
+        skipped.links.append(path)
+      else:
+        kept.append(d)
+    dirs[:] = kept
     rel = os.path.relpath(root, folder)
-    found.extend(name if rel == '.' else os.path.join(rel, name) for name in names
-                 if not is_hidden(name) and name.lower().endswith(tuple(extensions)))
+    for name in names:
+      if is_hidden(name):
+        continue
+      if name.lower().endswith(IMAGE_EXTENSIONS):
+        found.append(name if rel == '.' else os.path.join(rel, name))
+      else:
+        skipped.files.append(os.path.join(root, name))
   return sorted(found)
 
 
+def _leads_back(target: str, tree: str, seen: set) -> bool:
+  """Whether a link to real path `target` leads into `tree` (or above it) or a listed folder."""
+  inside = lambda a, b: a == b or a.startswith(b.rstrip(os.sep) + os.sep)  # noqa: E731
+  return inside(target, tree) or inside(tree, target) or target in seen
+
+
 def list_images(paths: Sequence[str]) -> List[str]:
-  """Files named, plus image files in named folders (`image_files`: recursive, sorted)."""
+  """Files named, plus image files in named folders (`image_files`: recursive, sorted).
+
+  What the folders hold besides images is logged in one line (`Skipped.log`).
+  """
   if not paths:
     raise ValueError('No images given: pass image files or folders after the flags.')
-  found = []
+  found, skipped = [], Skipped()
   for path in paths:
     if os.path.isdir(path):
-      inside = [os.path.join(path, name) for name in image_files(path)]
+      inside = [os.path.join(path, name) for name in image_files(path, skipped=skipped)]
       if not inside:
         raise ValueError(f'Folder "{path}" has no image files '
                          f'({", ".join(IMAGE_EXTENSIONS)}; hidden files and folders skipped).')
@@ -362,4 +526,5 @@ def list_images(paths: Sequence[str]) -> List[str]:
       found.append(path)
     else:
       raise ImageError(f'Could not find image "{path}"; check the path.')
+  skipped.log(', '.join(p for p in paths if os.path.isdir(p)), 'the folder listed')
   return found

@@ -9,7 +9,7 @@ time). A download that cannot start is one short attempt and a one-line error wi
 import contextlib
 import dataclasses
 import functools
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import jax
 import numpy as np
@@ -70,7 +70,7 @@ def open_tfds(config: Any) -> sources.Source:
     index = jax.process_index() if per_process else 0
     if indexed:
       data_sources = [_data_source(builder, s, name) for s in specs]
-      return sources.indexed_split(_fetch(data_sources[index]), lambda image: image,
+      return sources.indexed_split(_fetch(data_sources[index], features), lambda image: image,
                                    tuple(len(s) for s in data_sources), index)
     return sources.Split(
         make=lambda: _dataset(builder, specs[index], name),
@@ -106,24 +106,35 @@ def _read_error(builder: tfds.core.DatasetBuilder, name: str, error: Exception) 
 
 
 def _data_source(builder: tfds.core.DatasetBuilder, split: Any, name: str) -> Any:
+  """The split's records as their serialized bytes (`_fetch` parses them)."""
   try:
-    return builder.as_data_source(split=split, decoders=_SKIP_DECODING)
+    return builder.as_data_source(split=split,
+                                  deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES)
   except (KeyError, ValueError, AssertionError) as e:
     raise _read_error(builder, name, e) from e
 
 
-def _fetch(source: Any) -> Callable[[tf.Tensor], Dict[str, tf.Tensor]]:
-  """Record ids → examples of a TFDS data source (ArrayRecord reads, outside the GIL's way)."""
-  def read(ids: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    records = source.__getitems__([int(i) for i in ids])
-    return (np.array([r['image'] for r in records], dtype=object),
-            np.array([r['label'] for r in records], dtype=np.int64))
+def _fetch(source: Any, features: tfds.features.FeaturesDict
+           ) -> Callable[[tf.Tensor], Dict[str, tf.Tensor]]:
+  """Record ids → {'image': encoded bytes, 'label'} of a TFDS data source of serialized records.
+
+  ArrayRecord reads the records (one Python call per block of ids); TF parses them
+  (`tf.io.parse_example`, the tf.train.Example features TFDS wrote), with the image left
+  encoded as `SkipDecoding` leaves it. TFDS's own deserialisation runs in Python per record:
+  ~120 µs of CPU per Fashion-MNIST image, holding the GIL (docs/performance.md).
+  """
+  spec = {}
+  for key in ('image', 'label'):
+    info = features[key].get_serialized_info()
+    spec[key] = tf.io.FixedLenFeature(info.shape, info.dtype)
+
+  def read(ids: np.ndarray) -> np.ndarray:
+    return np.array(source.__getitems__([int(i) for i in ids]), dtype=object)
 
   def fetch(ids: tf.Tensor) -> Dict[str, tf.Tensor]:
-    images, labels = tf.numpy_function(read, [ids], (tf.string, tf.int64), stateful=False)
-    images.set_shape(ids.shape)
-    labels.set_shape(ids.shape)
-    return {'image': images, 'label': labels}
+    records = tf.numpy_function(read, [ids], tf.string, stateful=False)
+    records.set_shape(ids.shape)
+    return tf.io.parse_example(records, spec)
 
   return fetch
 

@@ -6,13 +6,13 @@ flags are global, and a process (the tests, a notebook) may import every tool; e
 declares the ones it reads as its key flags (`declare_key_flag`), so its `--help` lists them,
 and gives them its own defaults and help (`FLAG_DEFAULTS`, `FLAG_HELP`) when it runs. Bad input
 (flag errors, ValueError incl. CheckpointError/ImageError, OSError) prints one line
-`<tool>: error: ...` and exits 1; what `main` returns is printed.
+`<tool>: error: ...` and exits 1; what `main` returns is printed (an int: the exit status).
 """
 
 import os
 import sys
 import types
-from typing import List, Optional, Sequence
+from typing import Any, List, Sequence, Union
 
 from absl import app
 from absl import flags
@@ -56,7 +56,7 @@ def call(tool: types.ModuleType, argv: Sequence[str]) -> int:
     try:
       positional = own(list(argv))
     except flags.Error as e:
-      return _error(tool, e)
+      return print_error(tool, e)
     FLAGS.mark_as_parsed()
     return _finish(tool, positional)
   finally:
@@ -77,22 +77,25 @@ def _parse(tool: types.ModuleType, argv: Sequence[str]) -> List[str]:
   try:
     return FLAGS(list(argv))
   except flags.Error as e:
-    sys.exit(_error(tool, e))
+    sys.exit(print_error(tool, e))
   except SystemExit:  # absl's --help/--helpfull printed the help and exit 1; the tools exit 0.
     sys.exit(0)
 
 
 def _finish(tool: types.ModuleType, argv: Sequence[str]) -> int:
   try:
-    output: Optional[str] = tool.main(argv)
+    output: Union[None, int, str] = tool.main(argv)
   except (ValueError, OSError) as e:
-    return _error(tool, e)
+    return print_error(tool, e)
+  if isinstance(output, int):  # The exit status, the errors already said (`print_error`).
+    return output
   if output:
     print(output)
   return 0
 
 
-def _error(tool: types.ModuleType, error: Exception) -> int:
+def print_error(tool: types.ModuleType, error: Any) -> int:
+  """Prints `<tool>: error: <error>` (one line, on stderr); returns the exit status, 1."""
   name = os.path.splitext(os.path.basename(tool.__file__))[0]  # Also when it is __main__.
   print(f'{name}: error: {error}', file=sys.stderr)
   return 1

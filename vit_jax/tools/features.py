@@ -1,5 +1,12 @@
 """Features of a trained ViT for inspection: images in, embeddings/tokens/attention out.
 
+  python -m vit_jax.features --checkpoint=runs/quickstart/finetune --out=features.npz photos/
+  python -m vit_jax.features --checkpoint=ViT-B_16 --out=f.npz --tokens cat.jpg dog.png
+
+The command writes one .npz: `image` (the paths, in order), `pre_logits` (N, width: the
+embedding the head sees), `logits` (N, classes; checkpoints with a head) and with `--tokens` the
+encoder's output tokens (N, tokens, width). Bad input prints one line, exit 1.
+
 `weights.loading.load_model` reads a checkpoint into the model its shapes describe;
 `extract_features` runs that same model and param tree
 once with Flax's `capture_intermediates` plus the attention weights each block sows, so the
@@ -11,16 +18,33 @@ so predictions on a file match eval on the same image.
 """
 
 import functools
-from typing import Any, Callable, Dict, Optional, Tuple
+import os
+import sys
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import flax
 import jax
 import jax.numpy as jnp
+import numpy as np
+from absl import flags
 
 from vit_jax import models_transformer
 from vit_jax import models_vit
+from vit_jax.data import image_ops
+from vit_jax.tools import cli
+from vit_jax.weights import loading
 
 Params = Dict[str, Any]
+
+_TOKENS = flags.DEFINE_bool('tokens', False, "Also write each image's encoder output tokens "
+                            '(N, tokens, width): files many times larger.')
+for _name in ('checkpoint', 'model', 'image_size', 'batch_size', 'out'):  # Defined in cli.py.
+  flags.declare_key_flag(_name)
+FLAG_DEFAULTS = {'batch_size': 16}
+FLAG_HELP = {'out': 'The .npz file to write: image (the paths), pre_logits (N, width), logits '
+                    '(N, classes; with a head), tokens (with --tokens).',
+             'image_size': 'Square input side; default: the resolution the checkpoint was '
+                           'trained at (224 if it has no position embeddings).'}
 
 
 @flax.struct.dataclass
@@ -86,3 +110,46 @@ def extract_features(model: Any, params: Params, images: Any) -> Features:
     block's attention weights. Compiles per call; use `make_feature_fn` for many batches.
   """
   return make_feature_fn(model)(params, jnp.asarray(images, jnp.float32))
+
+
+def main(argv: Sequence[str]) -> str:
+  """Writes the features of the images (files or folders in argv[1:]) to --out."""
+  checkpoint, out, batch_size = cli.CHECKPOINT.value, cli.OUT.value, cli.BATCH_SIZE.value
+  if not checkpoint or not out:
+    raise ValueError('Pass --checkpoint=PATH_OR_NAME and --out=FILE.npz, then image files or '
+                     'folders.')
+  if not out.endswith('.npz') or os.path.isdir(out):
+    raise ValueError(f'--out={out} must name an .npz file to write, e.g. --out=features.npz.')
+  if batch_size < 1:
+    raise ValueError('--batch_size must be at least 1.')
+  paths = image_ops.list_images(argv[1:])
+  loaded = loading.load_model(checkpoint, cli.MODEL.value, cli.IMAGE_SIZE.value)
+  feature_fn = make_feature_fn(loaded.model)
+  names = ['pre_logits'] + ['logits'] * bool(loaded.num_classes) + ['tokens'] * _TOKENS.value
+  parts = {name: [] for name in names}
+  batch_size = min(batch_size, len(paths))
+  for start in range(0, len(paths), batch_size):  # Padded batches: one compilation.
+    chunk = paths[start:start + batch_size]
+    images = image_ops.load_images(chunk, loaded.image_size, loaded.mean, loaded.std)
+    images = np.concatenate([images, np.zeros((batch_size - len(chunk), *images.shape[1:]),
+                                              images.dtype)])
+    found = feature_fn(loaded.params, jnp.asarray(images))
+    for name in names:
+      parts[name].append(np.asarray(getattr(found, name))[:len(chunk)])
+  arrays = {'image': np.array(paths), **{k: np.concatenate(v) for k, v in parts.items()}}
+  _write_npz(out, arrays)
+  shapes = ', '.join(f'{k} {v.shape}' for k, v in arrays.items() if k != 'image')
+  return f'Wrote {out}: {shapes} for {len(paths)} images.'
+
+
+def _write_npz(path: str, arrays: Dict[str, np.ndarray]) -> None:
+  """`np.savez` to a temporary file, then renamed: a stopped run leaves no half-written file."""
+  os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
+  tmp = f'{path}.tmp-{os.getpid()}'
+  with open(tmp, 'wb') as f:
+    np.savez(f, **arrays)
+  os.replace(tmp, path)
+
+
+if __name__ == '__main__':
+  cli.run(sys.modules[__name__])

@@ -53,6 +53,10 @@ _RANDOM_INIT_SEED = flags.DEFINE_integer(
 for _name in ('checkpoint', 'model', 'image_size', 'batch_size', 'json'):  # Defined in cli.py.
   flags.declare_key_flag(_name)
 FLAG_DEFAULTS = {'batch_size': 256}
+# What this tool's refusals tell the user to change: its own flags, not config.fewshot's.
+FLAG_NAMES = fewshot.FlagNames(datasets='--dataset', shots='--shots', l2_regs='--l2_regs',
+                               holdout='--holdout', train_split='--train_split',
+                               test_split='--test_split')
 FLAG_HELP = {'image_size': 'Square input side; default: the resolution the checkpoint was '
                            'trained at (224 if it has no position embeddings).',
              'batch_size': 'Images per forward pass over all local devices.'}
@@ -89,6 +93,7 @@ def measure(loaded: loading.LoadedModel, config: ml_collections.ConfigDict,
   """Few-shot results of `loaded` (or of its architecture re-initialised) on the flags' data."""
   mesh = parallel.make_mesh()
   parallel.check_batch_size(config.batch_eval, mesh, name='--batch_size')
+  fewshot.check_dataset(config, config.fewshot.datasets[0], FLAG_NAMES)
   params = loaded.params
   if random_init_seed is not None:
     size = loaded.image_size
@@ -110,7 +115,8 @@ def report(checkpoint: str, config: ml_collections.ConfigDict, measured: fewshot
       'num_test': measured.num_test, 'seeds': fs.seeds, 'l2_grid': list(fs.l2_regs),
       'holdout_per_class': fs.holdout, 'seconds': round(measured.seconds, 2),
       'results': [{'shots': r.shots, 'mean': r.mean, 'std': r.std,
-                   'accuracies': list(r.accuracies), 'l2_regs': list(r.l2_regs)}
+                   'accuracies': list(r.accuracies), 'l2_regs': list(r.l2_regs),
+                   'held_out_per_class': list(r.held_out_per_class)}
                   for r in measured.results]}
 
 
@@ -120,16 +126,20 @@ def format_table(doc: Dict[str, Any]) -> str:
                               if doc['random_init_seed'] is not None else '')
   grid = doc['l2_grid']
   l2 = (f'l2 fixed at {grid[0]:g}' if len(grid) == 1 else
-        f'l2 chosen per seed from {len(grid)} values on {doc["holdout_per_class"]} held-out '
-        'training images per class')
+        f'l2 chosen per seed from {len(grid)} values on held-out training images (not shots; '
+        f'at most {doc["holdout_per_class"]} a class, each row says how many)')
   lines = [f'Few-shot linear accuracy of {what} on {doc["dataset"]}',
            f'  shots from {doc["train_split"]} ({doc["num_train"]} images), tested on all '
            f'{doc["num_test"]} of {doc["test_split"]}; {doc["feature_dim"]}-d features at '
            f'{doc["image_size"]}px; {doc["seeds"]} seeds; {l2}; {doc["seconds"]:.1f}s',
            f'  {"shots":>5}  {"accuracy (mean ± std)":>22}  l2 per seed']
   for r in doc['results']:
+    fewest, most = r['held_out_per_class']
+    held = '' if len(grid) == 1 else (
+        f' (on {most} held-out a class)' if fewest == most else
+        f' (on {fewest}-{most} held-out a class)')
     lines.append(f'  {r["shots"]:>5}  {100 * r["mean"]:>13.2f} ± {100 * r["std"]:5.2f} %  '
-                 + ', '.join(f'{v:g}' for v in r['l2_regs']))
+                 + ', '.join(f'{v:g}' for v in r['l2_regs']) + held)
   return '\n'.join(lines)
 
 

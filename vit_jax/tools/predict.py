@@ -11,14 +11,15 @@ metadata.json adds what shapes cannot say). `--model` (a preset name or a .py fi
 Images (JPEG/PNG/..., any size or colour mode) are preprocessed as the eval pipeline does
 (`image_ops.preprocess`) and run in batches. Label names: `--labels` (a shipped set or a text
 file with one name a line) if given, else the run's metadata, else the shipped set the head
-size identifies (1000, 21843, 100 classes), else 'class N'. Bad input prints one line, exit 1.
+size identifies (1000, 21843, 100 classes), else 'class N'. Bad input prints one line, exit 1; a
+file that cannot be read is one line (an `error` entry with --json), the others are predicted.
 """
 
 import importlib.resources
 import json
 import os
 import sys
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Union
 
 import jax
 import numpy as np
@@ -86,7 +87,8 @@ def predict(loaded: loading.LoadedModel, paths: Sequence[str], *, k: int = 5,
             labels: Optional[Sequence[str]] = None, batch_size: int = 16) -> Iterator[Dict]:
   """Yields {'image', 'predictions': [{'index', 'label', 'probability'}]} per image path.
 
-  Batches are padded to `batch_size` so the forward pass compiles once.
+  A file that cannot be read yields {'image', 'error': one line saying why} in its place, and
+  the others are predicted. Batches are padded to `batch_size` so the forward pass compiles once.
   """
   if not loaded.num_classes:
     raise ValueError(f'{loaded.source} has no classification head; predictions need a '
@@ -94,16 +96,29 @@ def predict(loaded: loading.LoadedModel, paths: Sequence[str], *, k: int = 5,
   labels = labels or load_labels(None, loaded.num_classes, loaded.class_names)
   forward = jax.jit(lambda params, x: loaded.model.apply({'params': params}, x, train=False))
   for start in range(0, len(paths), batch_size):
-    chunk = list(paths[start:start + batch_size])
-    images = image_ops.load_images(chunk, loaded.image_size, loaded.mean, loaded.std)
-    padded = np.concatenate(
-        [images, np.zeros((batch_size - len(chunk), *images.shape[1:]), images.dtype)])
-    logits = np.asarray(forward(loaded.params, padded))[:len(chunk)]
-    indices, probs = top_k(logits, k)
-    for path, idx, prob in zip(chunk, indices, probs):
+    inputs = [_read(path, loaded) for path in paths[start:start + batch_size]]
+    images = [x for x in inputs if isinstance(x, np.ndarray)]
+    rows = iter([])
+    if images:
+      padded = np.stack(images + [np.zeros_like(images[0])] * (batch_size - len(images)))
+      rows = zip(*top_k(np.asarray(forward(loaded.params, padded))[:len(images)], k))
+    for path, x in zip(paths[start:start + batch_size], inputs):
+      if not isinstance(x, np.ndarray):
+        yield {'image': path, 'error': x}
+        continue
+      idx, prob = next(rows)
       yield {'image': path, 'predictions': [
           {'index': int(i), 'label': labels[i], 'probability': float(p)}
           for i, p in zip(idx, prob)]}
+
+
+def _read(path: str, loaded: loading.LoadedModel) -> Union[np.ndarray, str]:
+  """The model input of one file, or why it cannot be read (one line)."""
+  try:
+    return image_ops.preprocess(image_ops.read_image(path), loaded.image_size, loaded.mean,
+                                loaded.std)
+  except image_ops.ImageError as e:
+    return str(e)
 
 
 def format_text(result: Dict) -> str:
@@ -112,8 +127,11 @@ def format_text(result: Dict) -> str:
   return '\n'.join(lines)
 
 
-def main(argv: Sequence[str]) -> None:
-  """Loads the checkpoint named by the flags and prints predictions for the paths in argv[1:]."""
+def main(argv: Sequence[str]) -> Optional[int]:
+  """Loads the checkpoint named by the flags and prints predictions for the paths in argv[1:].
+
+  Returns 1 (the exit status) when a file could not be read: the others are still predicted.
+  """
   checkpoint, batch_size, labels_flag = cli.CHECKPOINT.value, cli.BATCH_SIZE.value, _LABELS.value
   if not checkpoint:
     raise ValueError('Pass --checkpoint=PATH_OR_NAME (an .npz file, a run directory or e.g. '
@@ -127,19 +145,23 @@ def main(argv: Sequence[str]) -> None:
                     'probability, so these predictions are meaningless; use a fine-tuned '
                     'checkpoint (e.g. imagenet21k+imagenet2012/...).', checkpoint)
   labels = load_labels(labels_flag, loaded.num_classes, loaded.class_names)
-  results = predict(loaded, paths, k=_TOP_K.value, labels=labels,
-                    batch_size=min(batch_size, len(paths)))
+  results = []
+  for result in predict(loaded, paths, k=_TOP_K.value, labels=labels,
+                        batch_size=min(batch_size, len(paths))):
+    results.append(result)
+    if 'error' in result:  # Said as it comes, in the order of the files; exit status 1 at the end.
+      cli.print_error(sys.modules[__name__], result['error'])
+    elif not cli.JSON.value:
+      print(format_text(result), flush=True)
   if cli.JSON.value:
     json.dump({'checkpoint': checkpoint, 'image_size': loaded.image_size,
-               'head_is_zero': loaded.head_is_zero, 'results': list(results)}, sys.stdout,
-              indent=1)
+               'head_is_zero': loaded.head_is_zero, 'results': results}, sys.stdout, indent=1)
     print()
-  else:
-    for result in results:
-      print(format_text(result), flush=True)
-  if labels_flag is None and loaded.num_classes == 10 and not loaded.class_names:
+  predicted = any('predictions' in result for result in results)
+  if predicted and labels_flag is None and loaded.num_classes == 10 and not loaded.class_names:
     logging.warning('Labels shown as class indices: pass --labels=cifar10 or '
                     '--labels=fashion_mnist for names.')
+  return 1 if any('error' in result for result in results) else None
 
 
 if __name__ == '__main__':

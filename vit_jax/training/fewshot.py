@@ -61,10 +61,13 @@ class ShotResult:
     shots: images per class the linear map was fitted on.
     accuracies: test accuracy of each seed (seed i at index i).
     l2_regs: the regulariser each seed chose on its held-out images (or the fixed one).
+    held_out_per_class: (fewest, most) held-out images of a class the regulariser was chosen
+      on; (0, 0) for a fixed regulariser.
   """
   shots: int
   accuracies: Tuple[float, ...]
   l2_regs: Tuple[float, ...]
+  held_out_per_class: Tuple[int, int] = (0, 0)
 
   @property
   def mean(self) -> float:
@@ -152,8 +155,8 @@ def choose_l2(solve: Callable, l2_regs: Sequence[float], x_held: np.ndarray,
     return float(l2_regs[0])
   if not len(labels_held):
     raise ValueError('no held-out training images to choose the L2 regulariser on (the split '
-                     'has no images beyond the shots); give one fixed value, e.g. '
-                     '--config.fewshot.l2_regs=1024, or a larger training split.')
+                     'has no images beyond the shots); give one fixed regulariser or a larger '
+                     'training split.')
   scores = [accuracy(solve(l2), x_held, labels_held) for l2 in l2_regs]
   return float(l2_regs[int(np.argmax(scores))])
 
@@ -172,7 +175,11 @@ def evaluate_features(train: Features, test: Features, num_classes: int, shots: 
       l2 = choose_l2(solve, l2_regs, train.x[held], train.labels[held])
       accs.append(accuracy(solve(l2), test.x, test.labels))
       chosen.append(l2)
-    results.append(ShotResult(shots=int(k), accuracies=tuple(accs), l2_regs=tuple(chosen)))
+    per_class = np.bincount(train.labels[held], minlength=num_classes)
+    results.append(ShotResult(
+        shots=int(k), accuracies=tuple(accs), l2_regs=tuple(chosen),
+        held_out_per_class=(int(per_class.min()), int(per_class.max()))
+        if len(l2_regs) > 1 else (0, 0)))
   return results
 
 
@@ -244,14 +251,109 @@ def metric_name(dataset: str, shots: int) -> str:
   return f'fewshot/{name}_{shots}shot'
 
 
-def check_splits(config: ml_collections.ConfigDict, train_split: str, test_split: str) -> None:
+@dataclasses.dataclass(frozen=True)
+class FlagNames:
+  """How the user sets each few-shot setting: what a refusal tells them to change."""
+  datasets: str = '--config.fewshot.datasets'
+  shots: str = '--config.fewshot.shots'
+  l2_regs: str = '--config.fewshot.l2_regs'
+  holdout: str = '--config.fewshot.holdout'
+  train_split: str = '--config.fewshot.train_split'
+  test_split: str = '--config.fewshot.test_split'
+
+
+def config_flags(prefix: str = '--config.') -> FlagNames:
+  """A training config's flags (`--config.fewshot.shots`; a stage's: `--config.finetune.`)."""
+  return FlagNames(**{field.name: f'{prefix}fewshot.{field.name}'
+                      for field in dataclasses.fields(FlagNames)})
+
+
+CONFIG_FLAGS = config_flags()  # A one-stage training run's.
+
+
+def check_splits(config: ml_collections.ConfigDict, train_split: str, test_split: str,
+                 flags: FlagNames = CONFIG_FLAGS) -> None:
   """Refuses a few-shot training split that shares images with its test split."""
   shared = input_pipeline.split_overlap(config, train_split, test_split)
   if shared:
     raise ValueError(
-        f'fewshot train_split={train_split!r} and test_split={test_split!r} of '
+        f'few-shot {flags.train_split}={train_split} and {flags.test_split}={test_split} of '
         f'{config.dataset} share {shared} images: shots would be drawn from the test split. '
-        'Make them disjoint, e.g. train_split=train[:90%] test_split=train[90%:].')
+        f'Make them disjoint, e.g. {flags.train_split}=train[:90%] '
+        f'{flags.test_split}=train[90%:].')
+
+
+def _sizes(class_names: Sequence[str], counts: np.ndarray, which: np.ndarray) -> str:
+  """`'cat' 4, 'dog' 6` for the classes `which` selects, the smallest first (at most 5)."""
+  picked = [i for i in np.argsort(counts, kind='stable') if which[i]]
+  shown = ', '.join(f'{class_names[i]!r} {counts[i]}' for i in picked[:5])
+  return shown + (f' and {len(picked) - 5} more' if len(picked) > 5 else '')
+
+
+def check_requirements(where: str, class_names: Sequence[str], counts: np.ndarray,
+                       num_test: int, fewshot_config: ml_collections.ConfigDict,
+                       flags: FlagNames = CONFIG_FLAGS) -> None:
+  """Refuses, in one line naming what to change, a dataset few-shot evaluation cannot score.
+
+  Args:
+    where: the dataset, as the messages name it.
+    class_names: its classes.
+    counts: images of each class in the few-shot training split.
+    num_test: images of the test split.
+    fewshot_config: shots, l2_regs, holdout and the split names (`config.fewshot`).
+    flags: how the user sets them.
+
+  Raises:
+    ValueError: fewer than 2 classes (every prediction right), an empty test split, a class
+      with fewer images than the most shots, or a regulariser grid with no held-out image.
+  """
+  fs, prefix = fewshot_config, f'few-shot on {where}: '
+  problem = input_pipeline.too_few_classes(tuple(class_names))
+  if problem:
+    raise ValueError(f'{prefix}{problem}: a linear classifier needs at least 2 classes to be '
+                     f'scored; name a dataset of 2 or more classes in {flags.datasets}.')
+  if not num_test:
+    raise ValueError(f'{prefix}{flags.test_split}={fs.test_split} has no images; give a test '
+                     'split with images.')
+  shots, counts = tuple(int(k) for k in fs.shots), np.asarray(counts)
+  most, smallest = max(shots), int(counts.min())
+  shots_flag = f'{flags.shots}={",".join(str(k) for k in shots)}'
+  if smallest < most:
+    short = counts < most
+    who = (f'every class of {fs.train_split} has' if short.all() else
+           f'{int(short.sum())} of {len(counts)} classes of {fs.train_split} have')
+    fewer = ','.join(str(k) for k in shots if k <= smallest)
+    fix = (f'use {flags.shots}={fewer}' if fewer else
+           f'use at most {smallest} shots' if smallest else f'use a {flags.train_split} that '
+           'holds images of every class')
+    raise ValueError(f'{prefix}{who} fewer images than the {most} shots of {shots_flag}: '
+                     f'{_sizes(class_names, counts, short)}; {fix} (or a larger '
+                     f'{flags.train_split}).')
+  if len(fs.l2_regs) > 1 and (not fs.holdout or int(counts.max()) <= most):
+    why = (f'{flags.holdout}=0' if not fs.holdout else
+           f'every class of {fs.train_split} has {int(counts.max())} images or fewer, all of '
+           f'them shots')
+    raise ValueError(f'{prefix}no held-out training image to choose the L2 regulariser on at '
+                     f'{most} shots ({why}); give one fixed value, e.g. {flags.l2_regs}=1024, '
+                     f'use fewer shots ({shots_flag}) or a larger {flags.train_split}.')
+
+
+def check_dataset(config: ml_collections.ConfigDict, dataset: str,
+                  flags: FlagNames = CONFIG_FLAGS) -> None:
+  """`check_splits` and `check_requirements` for one few-shot dataset, before any image is read
+  (its listing: the labels of the training split, the size of the test split)."""
+  fs = config.fewshot
+  data_config = dataset_config(config, dataset)
+  check_splits(data_config, fs.train_split, fs.test_split, flags)
+  names, counts = input_pipeline.class_counts(data_config, fs.train_split)
+  check_requirements(dataset, names, counts, input_pipeline.split_size(data_config, fs.test_split),
+                     fs, flags)
+
+
+def check_datasets(config: ml_collections.ConfigDict, flags: FlagNames = CONFIG_FLAGS) -> None:
+  """`check_dataset` for every dataset of `config.fewshot.datasets` (a training run's)."""
+  for dataset in config.fewshot.datasets:
+    check_dataset(config, dataset, flags)
 
 
 @dataclasses.dataclass(frozen=True)

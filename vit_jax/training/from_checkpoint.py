@@ -1,4 +1,5 @@
-"""A run's pretrained source, opened once, and the config completed from it: model and input.
+"""A run's pretrained source, opened once, and the config completed from it: model (or a named
+model's position embedding) and input.
 
 Fine-tuning a timm hub folder, a .safetensors file or any npz needs neither a model name nor
 the weights' mean/std in the config: `train_and_evaluate` opens the source once
@@ -11,9 +12,14 @@ from typing import Optional
 import ml_collections
 from absl import logging
 
+from vit_jax import families
+from vit_jax import presets
 from vit_jax.weights import loading
 from vit_jax.weights import store
 from vit_jax.data import image_ops
+
+# The position embeddings without parameters: a file without tables or description holds either.
+_TABLE_FREE_POSEMBS = ('sincos2d', 'none')
 
 
 class PretrainedSource:
@@ -37,7 +43,8 @@ class PretrainedSource:
 def with_checkpoint_model(config: ml_collections.ConfigDict,
                           pretrained: Optional[PretrainedSource] = None
                           ) -> ml_collections.ConfigDict:
-  """`config` with `model` read from `config.pretrained_path` when the config names none.
+  """`config` with `model` read from `config.pretrained_path` when the config names none, and
+  with the checkpoint's position embedding when it names one (`_with_checkpoint_posemb`).
 
   This is how a timm hub folder, .safetensors file or hf-hub name (or any npz) is fine-tuned
   without a model name (`configs/hub.py`): the checkpoint says what it is (its shapes completed
@@ -45,7 +52,7 @@ def with_checkpoint_model(config: ml_collections.ConfigDict,
   npz, a timm config.json); dropout stays 0.
   """
   if config.model is not None:
-    return config
+    return _with_checkpoint_posemb(config, pretrained)
   if not config.pretrained_path:
     raise ValueError('config.model is not set: name a model (e.g. configs/vit.py:b16,DATASET) '
                      'or pass --config.pretrained_path=<checkpoint> to fine-tune what it holds.')
@@ -55,6 +62,39 @@ def with_checkpoint_model(config: ml_collections.ConfigDict,
   config = ml_collections.ConfigDict(config.to_dict())
   config.model = source.description.config
   logging.info('Model from %s: %s.', config.pretrained_path, config.model.model_name)
+  return config.lock()
+
+
+def _with_checkpoint_posemb(config: ml_collections.ConfigDict,
+                            pretrained: Optional[PretrainedSource]) -> ml_collections.ConfigDict:
+  """`config` with the ViT position embedding (`posemb`) of the weights it fine-tunes.
+
+  The kind is part of the architecture the weights were trained with, as their widths are: its
+  tables ('learn', 'learn_2d', 'relative') are read from the file's shapes, 'sincos2d' vs
+  'none' from its description. Where the file cannot tell (no tables, no description), a
+  table-free choice of the config stays. A local file only (published ones are 'learn'); a
+  resumed run reads the choice from its record (`run_record.with_recorded_contributions`).
+  """
+  family = presets.family_of(config.model)
+  if not config.pretrained_path or 'posemb' not in families.FAMILIES[family].extras:
+    return config
+  location = store.locate(config.pretrained_path)
+  if store.is_remote(location.path) or store.check_available(location):
+    return config  # A published npz ('learn'), or missing: preflight says so.
+  source = (pretrained or PretrainedSource()).open(config.pretrained_path)
+  described = source.description
+  if presets.family_of(described.config) != family:
+    return config  # Another model altogether: fitting the weights names the difference.
+  posemb, current = described.config.get('posemb', 'learn'), config.model.get('posemb', 'learn')
+  assumed = [a for a in described.assumed if a.startswith('posemb ')]
+  if posemb == current or (assumed and current in _TABLE_FREE_POSEMBS):
+    return config
+  if assumed:
+    loading.warn_assumed(source, assumed, 'set --config.model.posemb')
+  logging.info('Position embedding of %s: posemb %r (the config says %r); fine-tuning the model '
+               'it holds.', config.pretrained_path, posemb, current)
+  config = ml_collections.ConfigDict(config.to_dict())
+  config.model.posemb = posemb
   return config.lock()
 
 

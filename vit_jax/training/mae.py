@@ -4,6 +4,9 @@ The loss is the mean squared error over the masked patches only, of each patch's
 normalised by its own mean and variance (`norm_pix_loss`, MAE's default) or as fed to the model.
 """
 
+import math
+from typing import Optional
+
 import jax
 import jax.numpy as jnp
 
@@ -17,13 +20,40 @@ def patchify(images: jax.Array, patch: int) -> jax.Array:
 
 
 def num_visible(num_patches: int, mask_ratio: float) -> int:
-  """Patches the encoder sees: int(N * (1 - mask_ratio)), as MAE's `len_keep`."""
-  return int(num_patches * (1. - mask_ratio))
+  """Patches the encoder sees: int(N * (1 - mask_ratio)), as MAE's `len_keep`, but for the
+  rounding error of 1 - mask_ratio (10 * (1 - 0.9) = 0.99999999999999978 is 1 patch, not 0)."""
+  return int(num_patches * (1. - mask_ratio) + 1e-6)
+
+
+def mask_problem(num_patches: int, mask_ratio: float, where: str = '') -> Optional[str]:
+  """One line on why `mask_ratio` cannot train on `num_patches` patches (`where`: how they
+  come about, e.g. ' (2x2 at pp.crop=32, patch 16)'), or None: no patch visible (the encoder
+  would see only the prefix tokens), or none hidden (the loss would be empty)."""
+  visible = num_visible(num_patches, mask_ratio)
+  # The suggested ratios in whole percent, rounded towards the valid side (1 of 3 patches
+  # visible: at most 0.66, not 0.666667).
+  percent = round(100 / num_patches, 6)
+  if not visible:
+    return (f'mae.mask_ratio={mask_ratio} leaves no patch of the {num_patches}{where} visible '
+            f'to the encoder; set --config.mae.mask_ratio={(100 - math.ceil(percent)) / 100:g} '
+            'or lower, or a larger --config.pp.crop (more patches).')
+  if visible == num_patches:
+    return (f'mae.mask_ratio={mask_ratio} hides no patch of the {num_patches}{where}: the loss '
+            f'would be empty; set --config.mae.mask_ratio={math.ceil(percent) / 100:g} or '
+            'higher.')
+  return None
 
 
 def visible_patches(rng: jax.Array, batch: int, num_patches: int,
                     mask_ratio: float) -> jax.Array:
-  """(batch, k) sorted indices of a uniformly random set of k visible patches per image."""
+  """(batch, k) sorted indices of a uniformly random set of k visible patches per image.
+
+  Raises:
+    ValueError: `mask_problem`'s line: no patch visible, or none hidden.
+  """
+  problem = mask_problem(num_patches, mask_ratio)
+  if problem:
+    raise ValueError(problem)
   noise = jax.random.uniform(rng, (batch, num_patches))
   keep = jnp.argsort(noise, axis=1)[:, :num_visible(num_patches, mask_ratio)]
   return jnp.sort(keep, axis=1).astype(jnp.int32)

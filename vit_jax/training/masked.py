@@ -66,6 +66,15 @@ def validate(config: Any) -> None:
                      'use --config.mpp.target=mean_color.')
   if name == 'mae' and not 0. < config.mae.mask_ratio < 1.:
     raise ValueError(f'mae.mask_ratio={config.mae.mask_ratio} must be in (0, 1) (MAE: 0.75).')
+  gh, gw = models.token_grid(config.model, (config.pp.crop, config.pp.crop))
+  where = f' ({gh}x{gw} at pp.crop={config.pp.crop}, patch {patch})'
+  if name == 'mae':
+    problem = mae.mask_problem(gh * gw, config.mae.mask_ratio, where)
+  else:
+    problem = mpp.corruption_problem(gh * gw, corrupt=config.mpp.corrupt, mask=config.mpp.mask,
+                                     random=config.mpp.random, where=where)
+  if problem:
+    raise ValueError(problem)
 
 
 def get_model(config: Any) -> Any:

@@ -7,6 +7,7 @@ predicts its 3-bit mean colour (512 classes, the paper's choice), or its 4x4 dow
 in 3-bit colours (16 predictions), or its pixels (L2); the paper tried all three.
 """
 
+import math
 from typing import Optional, Tuple
 
 import jax
@@ -28,7 +29,7 @@ def corruption_plan(rng: jax.Array, batch: int, num_patches: int, *, corrupt: fl
   the embedding of `source`, another patch of the same image (uniform over the others).
   """
   k_select, k_kind, k_source = jax.random.split(rng, 3)
-  count = int(round(corrupt * num_patches))
+  count = num_corrupted(num_patches, corrupt)
   ranks = jnp.argsort(jnp.argsort(jax.random.uniform(k_select, (batch, num_patches)), axis=1),
                       axis=1)
   u = jax.random.uniform(k_kind, (batch, num_patches))
@@ -38,6 +39,27 @@ def corruption_plan(rng: jax.Array, batch: int, num_patches: int, *, corrupt: fl
   offset = jax.random.randint(k_source, (batch, num_patches), 1, max(num_patches, 2))
   source = (jnp.arange(num_patches)[None] + offset) % num_patches
   return kind, source.astype(jnp.int32)
+
+
+def num_corrupted(num_patches: int, corrupt: float) -> int:
+  """Patches corrupted per image: round(corrupt * patches) (half to even, as Python's)."""
+  return int(round(corrupt * num_patches))
+
+
+def corruption_problem(num_patches: int, *, corrupt: float, mask: float, random: float,
+                       where: str = '') -> Optional[str]:
+  """One line on why these shares cannot train on `num_patches` patches (`where`: how they
+  come about, e.g. ' (2x2 at pp.crop=32, patch 16)'), or None."""
+  if not 0. < corrupt <= 1.:
+    return f'mpp.corrupt={corrupt} must be in (0, 1] (the paper: 0.5).'
+  if mask < 0. or random < 0. or mask + random > 1.:
+    return (f'mpp.mask + mpp.random = {mask + random:g} must be at most 1, each >= 0 (the '
+            'rest of the corrupted patches is kept; the paper: 0.8 and 0.1).')
+  if not num_corrupted(num_patches, corrupt):
+    least = math.ceil(round(50 / num_patches, 6) + 1e-6) / 100  # round() keeps x.5 to even.
+    return (f'mpp.corrupt={corrupt} corrupts no patch of the {num_patches}{where}: the loss '
+            f'would be empty; set --config.mpp.corrupt={least:g} or higher.')
+  return None
 
 
 def num_outputs(target: str, bits: int, patch: int) -> int:

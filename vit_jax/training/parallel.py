@@ -7,6 +7,7 @@ over the same axis (`fsdp_sharding`), so each device holds 1/N of them.
 """
 
 import logging as python_logging
+import math
 import os
 import sys
 import threading
@@ -29,9 +30,23 @@ FSDP_MIN_BYTES = 64 * 1024
 EXIT_PEER_LOST = 75
 # Another process stopped with an error (its line is printed): this one stops too, as a failed run.
 EXIT_PEER_FAILED = 1
-# JAX's own coordination service aborts every process (SIGABRT and a thread dump) this long after
-# the watchdog's timeout, as a backstop should the watchdog not get to run.
+# JAX's own coordination service aborts every process (SIGABRT and a thread dump) at the earliest
+# this long after the watchdog's timeout, as a backstop should the watchdog not get to run.
 JAX_HEARTBEAT_MARGIN_S = 30
+
+
+def jax_heartbeat_timeout(peer_timeout: float) -> int:
+  """`heartbeat_timeout_seconds` for `jax.distributed.initialize`: its verdict after the watchdog's.
+
+  JAX sends a heartbeat every half of this timeout and declares a process dead when the timeout
+  passes without one, so a process killed just before its next heartbeat is declared dead half
+  the timeout after the kill (measured with jaxlib 0.10.2 and a 20 s timeout, kills 2, 7, 12 and
+  16 s after the start: the survivor aborted 18.4, 14.0, 18.6 and 14.8 s later; with the
+  timeout at `peer_timeout + 30` = 90 s, a survivor was aborted 57 s after a kill, before the
+  60 s watchdog). Twice `peer_timeout + JAX_HEARTBEAT_MARGIN_S` keeps even that earliest verdict
+  `JAX_HEARTBEAT_MARGIN_S` after the watchdog's.
+  """
+  return 2 * (int(math.ceil(peer_timeout)) + JAX_HEARTBEAT_MARGIN_S)
 
 
 def maybe_initialize_distributed(coordinator_address: Optional[str] = None,
@@ -42,10 +57,11 @@ def maybe_initialize_distributed(coordinator_address: Optional[str] = None,
 
   Explicit arguments win; otherwise JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES /
   JAX_PROCESS_ID; otherwise JAX's own auto-detection on TPU pods and SLURM. A plain single
-  process run does nothing. JAX's coordination service declares a silent process dead after
-  `peer_timeout + JAX_HEARTBEAT_MARGIN_S` seconds (its backstop; `PeerWatchdog` acts first).
+  process run does nothing. JAX's coordination service declares a silent process dead at the
+  earliest `JAX_HEARTBEAT_MARGIN_S` after `peer_timeout` (`jax_heartbeat_timeout`: its backstop;
+  `PeerWatchdog` acts first).
   """
-  timeouts = dict(heartbeat_timeout_seconds=int(peer_timeout) + JAX_HEARTBEAT_MARGIN_S)
+  timeouts = dict(heartbeat_timeout_seconds=jax_heartbeat_timeout(peer_timeout))
   address = coordinator_address or os.environ.get('JAX_COORDINATOR_ADDRESS')
   if address:
     num = num_processes if num_processes is not None else int(os.environ['JAX_NUM_PROCESSES'])
@@ -213,10 +229,11 @@ class PeerWatchdog:
 
 
 def exit_now(code: int) -> None:
-  """Flushes the logs and ends the process at once, skipping JAX's shutdown barrier.
+  """Flushes the logs and ends the process at once, skipping JAX's shutdown barrier and the
+  interpreter's teardown (seconds of destroying TensorFlow's and JAX's objects).
 
-  For a multi-process run that stops with an error: the barrier would wait for peers that
-  are exiting too (or are gone), then abort with a thread dump.
+  For a multi-process run that stops with an error the barrier would wait for peers that are
+  exiting too (or are gone), then abort with a thread dump; a run that is done passes it first.
   """
   python_logging.shutdown()
   sys.stdout.flush()

@@ -5,7 +5,7 @@ Written by process 0 when a run starts (after the checkpoint is restored): the d
 names and a fingerprint of its file list), the config the command resolved to (the config file
 evaluated with its overrides, so an edited file counts, not only another command line), the model
 it trains, the class names of the head's outputs, and where the pretrained weights came from
-with what they contributed (model, input mean/std, resolution).
+with what they contributed (model or its position embedding, input mean/std, resolution).
 
 A rerun in the same directory first compares its inputs with the record (`check`) and, when they
 differ, stops with one line before anything is written (no checkpoint, params.npz,
@@ -165,11 +165,14 @@ def check(config: ml_collections.ConfigDict, workdir: str) -> Checked:
 
 def with_recorded_contributions(config: ml_collections.ConfigDict, record: Dict[str, Any]
                                 ) -> ml_collections.ConfigDict:
-  """`config` completed as when the run started: the model and input mean/std the pretrained
-  weights contributed, from the record, so a resumed run never opens the pretrained source."""
+  """`config` completed as when the run started: the model (or the named model's posemb) and
+  input mean/std the pretrained weights contributed, from the record, so a resumed run never
+  opens the pretrained source."""
   config = ml_collections.ConfigDict(config.to_dict())
   if config.model is None:
     config.model = ml_collections.ConfigDict(plain_config(record['model']))
+  elif 'posemb' in ((record.get('pretrained') or {}).get('contributed') or ()):
+    config.model.posemb = record['model']['posemb']
   if image_ops.is_official_normalization(config.pp.mean, config.pp.std):
     config.pp.mean = tuple(record['input']['mean'])
     config.pp.std = tuple(record['input']['std'])
@@ -200,6 +203,8 @@ def _pretrained(user: Any, config: Any) -> Optional[Dict[str, Any]]:
   contributed = ['weights']
   if user.model is None:
     contributed.append('model')
+  elif user.model.get('posemb', 'learn') != config.model.get('posemb', 'learn'):
+    contributed.append('posemb')  # `from_checkpoint.with_checkpoint_model`.
   if tuple(user.pp.mean) != tuple(config.pp.mean) or tuple(user.pp.std) != tuple(config.pp.std):
     contributed.append('mean/std')
   return {'source': location.path, 'contributed': contributed,

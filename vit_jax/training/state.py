@@ -24,6 +24,7 @@ from vit_jax.data import image_ops
 from vit_jax import families
 from vit_jax import presets
 from vit_jax.training import distill
+from vit_jax.training import fewshot
 from vit_jax.training import from_checkpoint
 from vit_jax.training import masked
 from vit_jax.training import optim
@@ -103,6 +104,16 @@ def preflight(config: Any, *, needs_pretrained: bool) -> Any:
   return info
 
 
+def check_classes(config: Any, info: Any) -> None:
+  """Refuses to train or score a classifier on fewer than 2 classes (every prediction right:
+  loss 0, accuracy 1); self-supervised pretraining reads any images."""
+  problem = input_pipeline.too_few_classes(info.class_names)
+  if problem and not masked.is_self_supervised(config):
+    raise ValueError(f'{config.dataset}: {problem}: a classifier needs at least 2 classes to be '
+                     'trained and scored; give it a folder per class (train/<class>/*.jpg), or '
+                     'pretrain self-supervised on it (--config.trainer=mae).')
+
+
 def _warmup_steps(config: Any, steps: int) -> int:
   warmup = config.warmup_steps
   if warmup >= steps:
@@ -117,6 +128,8 @@ def build_trainer(config: Any, *, needs_pretrained: bool = True) -> Trainer:
   mesh = parallel.make_mesh()
   validate_config(config, mesh)
   info = preflight(config, needs_pretrained=needs_pretrained)
+  check_classes(config, info)
+  fewshot.check_datasets(config)  # Its needs, now: not at its first evaluation, steps later.
   steps = total_steps(config, info.num_train_examples)
   schedule = optim.learning_rate_schedule(
       total_steps=steps, base_lr=config.base_lr, decay_type=config.decay_type,
@@ -158,7 +171,8 @@ def init_state(trainer: Trainer, *, abstract: bool = False,
     logging.info('Fine-tuning from %s', path)
     source = (pretrained or from_checkpoint.PretrainedSource()).open(path)
     loaded = loading.fit_source(source, parallel.to_host(params), config.model,
-                                grid_shape=trainer.grid_shape, keep_head=config.keep_head)
+                                grid_shape=trainer.grid_shape, keep_head=config.keep_head,
+                                class_names=trainer.info.class_names)
     params = jax.device_put(loaded, shardings['params'])
   return jax.jit(make_state, out_shardings=shardings)(params)
 

@@ -47,7 +47,7 @@ def read_arrays(location: store.Location, cache_dir: Optional[str] = None
   arch = Architecture(config=ml_collections.ConfigDict(converted.model_config),
                       num_classes=converted.num_classes, grid=None,
                       image_size=converted.image_size, assumed=converted.assumed,
-                      mean=converted.mean, std=converted.std)
+                      mean=converted.mean, std=converted.std, class_names=converted.class_names)
   return converted.params, arch
 
 
@@ -131,7 +131,7 @@ def _described(arch: Architecture, path: str, model: Optional[str],
   mean, std = metadata_lib.run_normalization(metadata) or (arch.mean, arch.std)
   return dataclasses.replace(
       arch, image_size=metadata.get('image_size') or arch.image_size,
-      class_names=tuple(names) if names else None, mean=tuple(mean), std=tuple(std))
+      class_names=tuple(names) if names else arch.class_names, mean=tuple(mean), std=tuple(std))
 
 
 def warn_assumed(source: Source, assumed: Sequence[str], how: str) -> None:
@@ -148,15 +148,34 @@ def warn_assumed(source: Source, assumed: Sequence[str], how: str) -> None:
 
 
 def fit_source(source: Source, init_params: Mapping[str, Any], model_config: Any, *,
-               grid_shape: Optional[Sequence[int]] = None, keep_head: bool = False) -> Params:
+               grid_shape: Optional[Sequence[int]] = None, keep_head: bool = False,
+               class_names: Optional[Sequence[str]] = None) -> Params:
   """The source's arrays fitted to a model (`surgery.fit_to_model`): the one fitting step.
 
   Fine-tuning replaces the head (`keep_head=False`); the teacher and the tools keep it.
+  A head kept for the classes `class_names` (a run's dataset's) is matched to them by name:
+  its outputs put in their order, refused when the file's classes are others, and taken in
+  the file's order, with one warning, when the file names none.
   Position embeddings are fitted to `grid_shape`, Swin tables to the model's window.
   """
   _warn_if_described_otherwise(source, model_config)
+  order = None
+  if keep_head and class_names is not None:
+    trained = source.description.class_names
+    if trained is None:
+      logging.warning(
+          'keep_head: %s declares no class names: its head\'s outputs are taken as %s in this '
+          'order, unchecked. To have them matched by name, put a %s beside it with '
+          '{"class_names": [...]} in the order of its outputs.', source.path,
+          surgery.class_list(class_names),
+          os.path.basename(metadata_lib.sidecar_path(source.path)))
+    else:
+      order = surgery.head_order(trained, class_names, source.name)
+      if order is not None:
+        logging.info('keep_head: the head of %s put in the dataset\'s class order (matched by '
+                     'name).', source.path)
   return surgery.fit_to_model(source.params, init_params, model_config, source.name,
-                              grid_shape=grid_shape, keep_head=keep_head)
+                              grid_shape=grid_shape, keep_head=keep_head, head_order=order)
 
 
 def _warn_if_described_otherwise(source: Source, model_config: Any) -> None:
@@ -169,13 +188,15 @@ def _warn_if_described_otherwise(source: Source, model_config: Any) -> None:
   if not described or presets.family_of(model_config) not in ('vit', 'hybrid'):
     return
   config = architecture.full_vit_config(model_config)  # A preset's omitted fields: defaults.
-  changed = [f'{key} {described[key]!r} in the file, {config[key]!r} in the config'
-             for key in ('posemb', 'classifier')
+  changed = [key for key in ('posemb', 'classifier')
              if key in described and described[key] != config[key]]
   if changed:
-    logging.warning('load_pretrained: %s was trained with another model: %s; set '
-                    '--config.model.<field> to the file\'s value to fine-tune the model it holds.',
-                    source.path, '; '.join(changed))
+    logging.warning(
+        'load_pretrained: %s was trained with another model: %s; set %s to fine-tune the model '
+        'it holds.', source.path,
+        '; '.join(f'{key} {described[key]!r} in the file, {config[key]!r} in the config'
+                  for key in changed),
+        ' and '.join(f'--config.model.{key}={described[key]!r}' for key in changed))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,7 +212,7 @@ class LoadedModel:
     num_classes: outputs of the head (0 when the checkpoint has none).
     head_is_zero: True for pre-training files whose head was never trained (all zeros).
     source: the checkpoint path as given.
-    class_names: label names from the run's metadata.json, or None.
+    class_names: label names from the run's metadata.json or a timm config.json, or None.
     assumed: what neither the shapes nor metadata decided (see `architecture.Architecture`).
     mean: per-channel input mean of the [0, 1] image (a timm config.json's; official 0.5).
     std: per-channel input std (official 0.5).

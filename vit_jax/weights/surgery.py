@@ -6,7 +6,7 @@ cast, and one short error naming the first differences when the trees still do n
 `checkpoint.load_pretrained` and `loading.load_model` are built from these.
 """
 
-from typing import Any, Mapping, Optional, Sequence, Tuple
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 from absl import logging
@@ -172,9 +172,45 @@ def _posemb_grid(params: Mapping[str, Any], model_config: Any) -> Optional[Tuple
 
 
 
+def head_order(trained: Sequence[str], wanted: Sequence[str], source: str) -> Optional[List[int]]:
+  """Which of a kept head's outputs (classes `trained`) gives each class of `wanted`.
+
+  Returns:
+    The output index of each wanted class, or None when the order is already the same.
+
+  Raises:
+    CheckpointError: the two sets of class names differ (naming the classes on each side only).
+  """
+  trained, wanted = list(trained), list(wanted)
+  if trained == wanted:
+    return None
+  gone = [name for name in trained if name not in wanted]
+  new = [name for name in wanted if name not in trained]
+  if gone or new or len(set(trained)) != len(trained) or len(trained) != len(wanted):
+    raise CheckpointError(
+        f'keep_head: the head of {source} is for other classes than the dataset\'s: '
+        f'{class_list(gone)} only in the file, {class_list(new)} only in the dataset '
+        f'({len(trained)} and {len(wanted)} names); set keep_head=False for a new head, or train '
+        'on the classes the head was trained on.')
+  return [trained.index(name) for name in wanted]
+
+
+def class_list(names: Sequence[str], limit: int = 5) -> str:
+  """`['cat', 'dog']`, or the first `limit` names and how many more."""
+  names = list(names)
+  return str(names[:limit])[:-1] + f', ... {len(names) - limit} more]' if len(
+      names) > limit else str(names)
+
+
+def _reordered(head: Mapping[str, Any], order: Sequence[int]) -> Params:
+  """A head (Dense `kernel` (D, C), `bias` (C,)) with its outputs taken in `order`."""
+  return {k: np.take(np.asarray(v), order, axis=-1) for k, v in head.items()}
+
+
 def _new_heads(restored: Params, init_params: Mapping[str, Any], source: str, *,
-               keep_head: bool) -> Params:
-  """The model's fresh heads (`head`, and DeiT's `head_dist`), or the file's with keep_head."""
+               keep_head: bool, order: Optional[Sequence[int]] = None) -> Params:
+  """The model's fresh heads (`head`, and DeiT's `head_dist`), or the file's with keep_head,
+  their outputs taken in `order` (`head_order`) when given."""
   restored = dict(restored)
   for name in ('head', 'head_dist'):
     head = restored.pop(name, None)
@@ -185,6 +221,8 @@ def _new_heads(restored: Params, init_params: Mapping[str, Any], source: str, *,
     if keep_head and not fits:
       raise CheckpointError(f'keep_head: the {name} of {source} does not fit the model '
                             '(another number of classes); set keep_head=False for a new head.')
+    if keep_head and order is not None:
+      head = _reordered(head, order)
     restored[name] = head if keep_head else init_params[name]
   return restored
 
@@ -199,14 +237,15 @@ def _cast_like(params: Mapping[str, Any], like: Mapping[str, Any]) -> Params:
 
 def fit_to_model(restored: Params, init_params: Mapping[str, Any], model_config: Any,
                  source: str, *, grid_shape: Optional[Sequence[int]] = None,
-                 keep_head: bool = False) -> Params:
+                 keep_head: bool = False, head_order: Optional[Sequence[int]] = None) -> Params:
   """`restored` (a pretrained tree) fitted to the model of `init_params` (official semantics).
 
-  The head comes from `init_params` unless `keep_head`; `representation_size=None` drops
+  The head comes from `init_params` unless `keep_head` (its outputs in `head_order`, from
+  the function of that name, when given); `representation_size=None` drops
   `pre_logits`; position embeddings are fitted to `grid_shape` (else the model's, square);
   Swin tables to the model's window. Anything else that does not fit raises one short error.
   """
-  restored = _new_heads(restored, init_params, source, keep_head=keep_head)
+  restored = _new_heads(restored, init_params, source, keep_head=keep_head, order=head_order)
   if model_config.get('representation_size') is None and 'pre_logits' in restored:
     logging.info('load_pretrained: dropping pre_logits (representation_size=None).')
     del restored['pre_logits']

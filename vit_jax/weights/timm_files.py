@@ -15,6 +15,7 @@ import os
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
+from absl import logging
 
 HF_PREFIX = 'hf-hub:'
 WEIGHTS_FILE = 'model.safetensors'
@@ -50,6 +51,7 @@ class Converted:
     mean: per-channel mean of the [0, 1] input the weights expect.
     std: per-channel std of the same.
     assumed: what neither the file nor its config.json decided, with the value used.
+    class_names: the head's class names its config.json declares (`declared_label_names`).
   """
 
   params: Dict[str, Any]
@@ -59,6 +61,7 @@ class Converted:
   mean: Tuple[float, float, float]
   std: Tuple[float, float, float]
   assumed: Tuple[str, ...]
+  class_names: Optional[Tuple[str, ...]] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,6 +151,34 @@ def read_safetensors(path: str) -> StateDict:
                           'export it again.') from None
   return {k: v.astype(np.float32) if v.dtype.kind == 'f' or 'float' in v.dtype.name else v
           for k, v in tensors.items()}
+
+
+def declared_label_names(config_json: Optional[dict], num_classes: int
+                         ) -> Optional[Tuple[str, ...]]:
+  """The head's class names a config.json declares, in order, or None.
+
+  Where timm's hub configs keep them: top-level `label_names` (what `timm_export` writes; timm
+  moves them into `pretrained_cfg`, where they are read too), a list or {index: name}; each
+  replaced by its `label_descriptions` entry when there is one for every name (ImageNet's
+  synset n01440764 → 'tench, Tinca tinca'). Names that are not one per head output describe
+  another head: a warning says so and none are used.
+  """
+  declared = config_json or {}
+  stated = lambda key: (declared.get(key)  # noqa: E731
+                        or (declared.get('pretrained_cfg') or {}).get(key))
+  names = stated('label_names')
+  if not names or not num_classes:
+    return None
+  if isinstance(names, dict):  # timm's form for ids with gaps: {"0": name, ...}.
+    names = [names.get(str(i), names.get(i)) for i in range(num_classes)]
+  if not isinstance(names, list) or len(names) != num_classes or None in names:
+    logging.warning('config.json has label_names that are not one name per output of the head '
+                    '(%d): not used; fix or delete them.', num_classes)
+    return None
+  descriptions = stated('label_descriptions')
+  if isinstance(descriptions, dict) and all(str(name) in descriptions for name in names):
+    names = [descriptions[str(name)] for name in names]
+  return tuple(str(name) for name in names)
 
 
 def read_config(path: Optional[str]) -> Optional[dict]:

@@ -9,6 +9,7 @@ timm_config) -> Converted` builds the tree; adding a family is one more entry. F
 and read by `timm_files`; the ViT names live in `timm_vit`; `timm_export` writes hub folders.
 """
 
+import dataclasses
 import re
 from typing import Any, List, Mapping, Optional, Tuple
 
@@ -32,13 +33,18 @@ def read_timm(path_or_name: str) -> Tuple[StateDict, Optional[dict]]:
 
 
 def convert(state_dict: StateDict, timm_config: Optional[dict]) -> Converted:
-  """The first registered family that claims `state_dict` converts it; else one line why not."""
+  """The first registered family that claims `state_dict` converts it; else one line why not.
+
+  The class names config.json declares come with it (`timm_files.declared_label_names`).
+  """
   for converter in CONVERTERS:
     if converter.detect(state_dict, timm_config):
       try:
-        return converter.convert(state_dict, timm_config)
+        converted = converter.convert(state_dict, timm_config)
       except timm_files.UnknownParameters as e:
         raise TimmFormatError(unsupported_reason(dict.fromkeys(e.names), timm_config)) from None
+      return dataclasses.replace(converted, class_names=timm_files.declared_label_names(
+          timm_config, converted.num_classes))
   raise TimmFormatError(unsupported_reason(state_dict, timm_config))
 
 
