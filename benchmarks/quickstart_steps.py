@@ -31,17 +31,26 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join('configs', 'fashion_mnist_quickstart.py')
 _RESULT = 'QUICKSTART_STEPS_RESULT '
 
-_REF = flags.DEFINE_string('ref', 'cf53129', 'The reference commit (git archive of it).')
-_REF_TREE = flags.DEFINE_string('ref_tree', None, 'A folder holding the reference code '
-                                '(vit_jax/ and configs/) instead of --ref.')
-_OURS = flags.DEFINE_string('ours', None, 'A commit to time as ours instead of the working tree.')
-_STEPS = flags.DEFINE_integer('steps', 400, 'Stage-1 steps per run.')
-_ROUNDS = flags.DEFINE_integer('rounds', 4, 'Runs of each tree, alternating.')
-_DATA_DIR = flags.DEFINE_string('tfds_data_dir', None, 'TFDS data dir (default: TFDS\'s, as the '
-                                'quickstart).')
-_WORKER_TREE = flags.DEFINE_string('worker_tree', None, 'Internal: run stage 1 once with the '
-                                   'code of this folder (on PYTHONPATH) and print the result.')
-_WORKDIR = flags.DEFINE_string('run_dir', None, 'Internal: the worker\'s run directory.')
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+  """Defines the script's flags, when it runs.
+
+  Not at import: absl flags are global, and the tests import this module beside the tools
+  (the fewshot tool's --tfds_data_dir would clash).
+  """
+  flags.DEFINE_string('ref', 'cf53129', 'The reference commit (git archive of it).')
+  flags.DEFINE_string('ref_tree', None, 'A folder holding the reference code (vit_jax/ and '
+                      'configs/) instead of --ref.')
+  flags.DEFINE_string('ours', None, 'A commit to time as ours instead of the working tree.')
+  flags.DEFINE_integer('steps', 400, 'Stage-1 steps per run.')
+  flags.DEFINE_integer('rounds', 4, 'Runs of each tree, alternating.')
+  flags.DEFINE_string('tfds_data_dir', None, 'TFDS data dir (default: TFDS\'s, as the '
+                      'quickstart).')
+  flags.DEFINE_string('worker_tree', None, 'Internal: run stage 1 once with the code of this '
+                      'folder (on PYTHONPATH) and print the result.')
+  flags.DEFINE_string('run_dir', None, 'Internal: the worker\'s run directory.')
 
 
 def stage1_config(tree: str, steps: int, overrides: Optional[Dict[str, Any]] = None,
@@ -112,8 +121,8 @@ def _run_worker(tree: str, steps: int, scratch: str, name: str) -> Dict[str, Any
   command = [os.path.join(REPO, 'scripts', 'hugepages.sh'), sys.executable,
              os.path.abspath(__file__), f'--worker_tree={tree}', f'--run_dir={workdir}',
              f'--steps={steps}']
-  if _DATA_DIR.value:
-    command.append(f'--tfds_data_dir={_DATA_DIR.value}')
+  if FLAGS.tfds_data_dir:
+    command.append(f'--tfds_data_dir={FLAGS.tfds_data_dir}')
   env = dict(os.environ, PYTHONPATH=tree)
   proc = subprocess.run(command, capture_output=True, text=True, env=env)
   lines = [line for line in proc.stdout.splitlines() if line.startswith(_RESULT)]
@@ -157,22 +166,22 @@ def cpu_ms(result: Dict[str, Any]) -> float:
 def main(argv) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments {argv[1:]}.')
-  if _WORKER_TREE.value:
-    overrides = {'tfds_data_dir': _DATA_DIR.value} if _DATA_DIR.value else None
-    config = stage1_config(_WORKER_TREE.value, _STEPS.value, overrides)
-    print(_RESULT + json.dumps(run_stage1(config, _WORKDIR.value)), flush=True)
+  if FLAGS.worker_tree:
+    overrides = {'tfds_data_dir': FLAGS.tfds_data_dir} if FLAGS.tfds_data_dir else None
+    config = stage1_config(FLAGS.worker_tree, FLAGS.steps, overrides)
+    print(_RESULT + json.dumps(run_stage1(config, FLAGS.run_dir)), flush=True)
     return
   scratch = tempfile.mkdtemp(prefix='quickstart_steps_')
-  ref_tree = _REF_TREE.value or _extract(_REF.value, tempfile.mkdtemp(dir=scratch))
-  ours_tree = _extract(_OURS.value, tempfile.mkdtemp(dir=scratch)) if _OURS.value else REPO
-  print(f'Quickstart stage 1, {_STEPS.value} steps per run, {_ROUNDS.value} rounds; ref = '
-        f'{_REF_TREE.value or _REF.value}, ours = {_OURS.value or REPO + " (working tree)"}; '
+  ref_tree = FLAGS.ref_tree or _extract(FLAGS.ref, tempfile.mkdtemp(dir=scratch))
+  ours_tree = _extract(FLAGS.ours, tempfile.mkdtemp(dir=scratch)) if FLAGS.ours else REPO
+  print(f'Quickstart stage 1, {FLAGS.steps} steps per run, {FLAGS.rounds} rounds; ref = '
+        f'{FLAGS.ref_tree or FLAGS.ref}, ours = {FLAGS.ours or REPO + " (working tree)"}; '
         f'{os.cpu_count()} CPUs', flush=True)
   runs = []
-  for round_index in range(_ROUNDS.value):
+  for round_index in range(FLAGS.rounds):
     order = ('ref', 'ours') if round_index % 2 == 0 else ('ours', 'ref')
     for name in order:
-      result = _run_worker(ref_tree if name == 'ref' else ours_tree, _STEPS.value, scratch, name)
+      result = _run_worker(ref_tree if name == 'ref' else ours_tree, FLAGS.steps, scratch, name)
       runs.append(dict(result, name=name, round=round_index))
       cpu = f", {cpu_ms(result):.3f} CPU ms/image" if result['cpu_ms_per_img'] else ''
       print(f'round {round_index} {name}: {speed(result):.1f} img/s/core{cpu}', flush=True)
@@ -180,4 +189,5 @@ def main(argv) -> None:
 
 
 if __name__ == '__main__':
+  define_flags()
   app.run(main)

@@ -81,13 +81,17 @@ def test_root_conv_benchmark_smoke():
 
 
 def test_imported_benchmarks_define_no_global_flags():
-  """Importing vs_timm.py (and with it hugepages.py) adds nothing to absl's global flags.
+  """Importing vs_timm.py (and with it hugepages.py) or quickstart_steps.py adds nothing to
+  absl's global flags.
 
-  A process may import them beside the tools (these tests do): vs_timm.py keeps its flags in
-  its own FlagValues and hugepages.py defines its flags only when run, so none can clash.
+  A process may import them beside the tools (these tests do; quickstart_steps' --tfds_data_dir
+  once broke the fewshot tool's tests in CI): vs_timm.py keeps its flags in its own FlagValues,
+  the others define theirs only when run, so none can clash.
   """
+  import quickstart_steps  # noqa: F401, PLC0415  # A script in benchmarks/.
   assert {m for m in flags.FLAGS.flags_by_module_dict()
-          if os.path.basename(m).split('.')[0] in ('vs_timm', 'hugepages')} == set()
+          if os.path.basename(m).split('.')[0] in ('vs_timm', 'hugepages', 'quickstart_steps')
+          } == set()
 
 
 def _pipe(code):
