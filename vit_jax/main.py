@@ -206,9 +206,26 @@ def rerun_command(workdir: str, argv=None) -> str:
   return shlex.join(['python', '-m', 'vit_jax.main', *args, f'--workdir={workdir}'])
 
 
-def peer_lost_message(peer: int, why: str, *, workdir: str, count: int) -> str:
-  return (f'error: lost process {peer} of {count} ({why}); checkpoints in {workdir} are kept. '
+def peer_lost_message(peer: Optional[int], why: str, *, workdir: str, count: int) -> str:
+  which = f'process {peer} of {count}' if peer is not None else f'a process of {count}'
+  return (f'error: lost {which} ({why}); checkpoints in {workdir} are kept. '
           f'Restart all {count} processes to resume, this one with: {rerun_command(workdir)}')
+
+
+def _maybe_supervise() -> None:
+  """Each process of an explicit multi-process run (--coordinator_address or
+  $JAX_COORDINATOR_ADDRESS) trains in a child process, so that JAX's abort when process 0 is
+  lost ends it with the project's line and exit 75 (`training.supervisor`)."""
+  from vit_jax.training import supervisor  # pylint: disable=g-import-not-at-top
+  address = _COORDINATOR.value or os.environ.get('JAX_COORDINATOR_ADDRESS')
+  if not supervisor.wanted(bool(address)):
+    return
+  count = _NUM_PROCESSES.value or int(os.environ.get('JAX_NUM_PROCESSES', 0)) or None
+  me = _PROCESS_ID.value if _PROCESS_ID.value is not None else os.environ.get('JAX_PROCESS_ID')
+  workdir = command_workdir()
+  supervisor.fork_supervised(
+      lambda: os.path.join(workdir, f'jax_abort.process{me}.log'),
+      functools.partial(peer_lost_message, workdir=workdir, count=count))
 
 
 def peer_failed_message(peer: int, line: str, *, workdir: str, count: int) -> str:
@@ -229,6 +246,7 @@ def stopped_at(result: Dict[str, Any]) -> Any:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  _maybe_supervise()  # Before JAX starts: the parent only waits.
   from vit_jax.training import parallel  # Imported after flag parsing: importing jax is slow.
   parallel.maybe_initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value,
                                         _PROCESS_ID.value, _PEER_TIMEOUT.value)
