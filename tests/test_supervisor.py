@@ -3,7 +3,7 @@
 The child here plays the training process: it writes to stderr, then ends as jaxlib ends a
 process whose coordinator is gone (the report below is jaxlib 0.10.2's, seen on 2026-11-29 when
 process 0 of 2 was killed), as another abort, by an exit code, or by a forwarded SIGTERM. The
-real 2-process case is tests/test_distributed.py::test_a_killed_process_ends_the_other_with_one_line.
+real 2-process case: test_distributed.py::test_a_killed_process_ends_the_other_with_one_line.
 """
 
 import os
