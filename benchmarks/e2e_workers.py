@@ -89,8 +89,10 @@ def jax_worker(spec: Dict[str, Any]) -> None:
                                   state_lib.state_shardings(trainer))
   rng = np.random.default_rng(0)
   b, crop, classes = spec['batch'], spec['crop'], trainer.info.num_classes
+  images = (rng.integers(0, 256, (b, crop, crop, 3), np.uint8) if config.pp.uint8_batches
+            else rng.uniform(-1, 1, (b, crop, crop, 3)).astype(np.float32))  # As the pipeline's.
   batch = parallel.put_batch({
-      'image': rng.uniform(-1, 1, (b, crop, crop, 3)).astype(np.float32),
+      'image': images,
       'label': np.eye(classes, dtype=np.float32)[np.arange(b) % classes]}, trainer.mesh)
 
   def step():

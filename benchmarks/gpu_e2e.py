@@ -83,6 +83,8 @@ def define_flags(fv: flags.FlagValues) -> None:
   flags.DEFINE_enum('dtype', 'bfloat16', ['float32', 'bfloat16'], 'Compute dtype.', **d)
   flags.DEFINE_integer('pad_tokens', 0, 'config.model.pad_tokens: pad the tokens once before the '
                        'blocks to a multiple of this (8: 197 -> 200); 0 = off.', **d)
+  flags.DEFINE_bool('uint8_batches', False, 'config.pp.uint8_batches: uint8 train batches, '
+                    'normalised in the train step (a quarter of the bytes).', **d)
   flags.DEFINE_float('peak_tflops', 989., 'Dense peak per device in the compute dtype, TFLOP/s '
                      '(H100 SXM and H200 bf16: 989).', **d)
   flags.DEFINE_integer('prefetch', None, 'config.prefetch (default: the config\'s).', **d)
@@ -114,6 +116,7 @@ class Settings:
   attention_impl: str
   dtype: str
   pad_tokens: int
+  uint8_batches: bool
   peak_tflops: float
   prefetch: Optional[int]
   xla_flags: str
@@ -129,7 +132,8 @@ def settings_from_flags(fv: flags.FlagValues) -> Settings:
   values.update({k: fv[k].value for k in values if k in fv and fv[k].value is not None})
   settings = Settings(
       preset=preset, attention_impl=fv.attention_impl, dtype=fv.dtype,
-      pad_tokens=fv.pad_tokens, peak_tflops=fv.peak_tflops, prefetch=fv.prefetch,
+      pad_tokens=fv.pad_tokens, uint8_batches=fv.uint8_batches, peak_tflops=fv.peak_tflops,
+      prefetch=fv.prefetch,
       xla_flags=fv.xla_flags, timm=fv.timm,
       out=os.path.abspath(fv.out),
       scratch=os.path.abspath(fv.scratch or f'/tmp/gpu_e2e{"_tiny" if fv.tiny else ""}'),
@@ -155,7 +159,7 @@ def config_overrides(settings: Settings) -> Dict[str, Any]:
       'warmup_steps': max(settings.steps // 10, 1), 'progress_every': settings.progress_every,
       'eval_every': settings.steps, 'checkpoint_every': 0,
       'model.dtype': settings.dtype, 'model.attention_impl': settings.attention_impl,
-      'model.pad_tokens': settings.pad_tokens}
+      'model.pad_tokens': settings.pad_tokens, 'pp.uint8_batches': settings.uint8_batches}
   if settings.prefetch is not None:
     overrides['prefetch'] = settings.prefetch
   return overrides

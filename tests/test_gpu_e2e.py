@@ -25,11 +25,13 @@ import gpu_e2e  # noqa: E402
 
 @pytest.fixture(scope='module')
 def tiny_run(tmp_path_factory):
-  """One `--tiny` run with both switches on: `--prefetch=3` and an XLA flag (its default)."""
+  """One `--tiny` run with its switches on: `--prefetch=3`, an XLA flag (its default) and
+  `--uint8_batches` (the end-to-end run and the step-only worker train on uint8 batches)."""
   out, scratch = tmp_path_factory.mktemp('out'), tmp_path_factory.mktemp('scratch')
   proc = subprocess.run(
       [sys.executable, os.path.join(BENCHMARKS, 'gpu_e2e.py'), '--tiny', f'--out={out}',
-       f'--scratch={scratch}', '--prefetch=3', '--xla_flags=--xla_cpu_enable_fast_math=false'],
+       f'--scratch={scratch}', '--prefetch=3', '--xla_flags=--xla_cpu_enable_fast_math=false',
+       '--uint8_batches'],
       capture_output=True, text=True, timeout=900)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
   with open(os.path.join(out, 'gpu_e2e.json')) as f:
@@ -60,6 +62,8 @@ def test_tiny_run_applies_the_switches(tiny_run):
   result, _, _ = tiny_run
   assert result['settings']['prefetch'] == 3 and '--config.prefetch=3' in result['e2e_command']
   assert result['settings']['xla_flags'] == '--xla_cpu_enable_fast_math=false'
+  assert result['settings']['uint8_batches']
+  assert '--config.pp.uint8_batches=True' in result['e2e_command']
 
 
 def test_xla_flags_are_appended_to_the_environment():

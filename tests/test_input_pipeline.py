@@ -317,3 +317,18 @@ def test_records_of_a_block_of_positions_equal_those_of_each_position():
     block = stream.shuffled_records(positions, size, seed).numpy()
     each = [int(stream.shuffled_record(p, size, seed)) for p in positions]
     np.testing.assert_array_equal(block, each)
+
+
+def test_uint8_batches_are_the_float_batches_rounded_and_normalised_on_device(mock_cifar10):
+  """`pp.uint8_batches`: the train step's normalisation of the uint8 batch is the float batch
+  within half a level (the resized crop rounded); the labels are the same."""
+  float_config = make_config()
+  uint8_config = make_config(pp=dict(train='train', test='test', crop=16, uint8_batches=True))
+  assert input_pipeline.device_normalize(float_config) is None
+  expected = next(input_pipeline.get_train_data(float_config))
+  got = next(input_pipeline.get_train_data(uint8_config))
+  assert got['image'].dtype == np.uint8 and expected['image'].dtype == np.float32
+  normalised = input_pipeline.device_normalize(uint8_config)(got['image'])
+  np.testing.assert_allclose(normalised, expected['image'], rtol=0, atol=0.5 / 127.5 + 1e-6)
+  assert np.abs(normalised - expected['image']).max() > 0  # Rounded: the check bites.
+  np.testing.assert_array_equal(got['label'], expected['label'])

@@ -234,3 +234,32 @@ def test_a_refused_run_writes_nothing(tmp_path):
   assert not os.path.exists(tmp_path / 'new')
   assert snapshot(existing) == before and sorted(os.listdir(existing)) == ['notes.txt',
                                                                           'train.log']
+
+
+def test_a_run_refused_by_the_library_call_leaves_no_directory(tmp_path):
+  """`train.train_and_evaluate` itself (not only `python -m vit_jax.main`): a config refused by
+  the trainer's checks leaves no empty run directory or train_state/ behind (issue 62)."""
+  data = write_animals(str(tmp_path / 'data'))
+  config = config_lib.with_model(config_lib.get_config(), 'testing')
+  config.update(dict(dataset=data, batch=9, batch_eval=4, total_steps=2, pretrained_dir=''))
+  config.pp.update(dict(train='train', test='test', crop=32))
+  for workdir in (tmp_path / 'new', tmp_path / 'new' / 'nested'):
+    with pytest.raises(ValueError, match='batch=9 is not divisible'):
+      train.train_and_evaluate(config, str(workdir))
+    assert not os.path.exists(tmp_path / 'new')
+  existing = tmp_path / 'existing'
+  existing.mkdir()
+  with pytest.raises(ValueError, match='batch=9 is not divisible'):
+    train.train_and_evaluate(config, str(existing))
+  assert os.listdir(existing) == []  # Kept: it was there before.
+
+
+def test_a_field_added_to_the_code_after_a_run_was_recorded_changes_nothing_at_its_default():
+  config = config_lib.get_config()
+  recorded = json.loads(json.dumps(run_record._plain(config)))
+  del recorded['pp']['uint8_batches']  # A record written before the field existed.
+  record = {'dataset': {}, 'config': recorded}
+  assert run_record.differences(record, config, {}) == []
+  config.pp.uint8_batches = True
+  assert run_record.differences(record, config, {}) == [
+      'config pp.uint8_batches is True (was None)']

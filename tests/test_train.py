@@ -8,10 +8,12 @@ import threading
 import time
 from unittest import mock
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import optax
 import pytest
 
 from vit_jax import checkpoint
@@ -96,6 +98,40 @@ def fixed_batch_step(config, decay_type, total_steps, warmup_steps):
     state['ema_params'] = jax.tree.map(np.array, params)  # Own buffers: the state is donated.
   return (train.make_train_step(model, tx, config, mesh), parallel.put_replicated(state, mesh),
           batch)
+
+
+class _PooledLinear(nn.Module):
+  """A model that compiles in a moment: mean-pooled pixels → 4 logits."""
+
+  @nn.compact
+  def __call__(self, images, *, train):
+    del train
+    return nn.Dense(4)(images.mean((1, 2)) ** 2)
+
+
+def test_uint8_batches_train_as_the_float_batches_they_normalise_to():
+  """`pp.uint8_batches`: the step normalises a uint8 batch on the device; its loss and update
+  are those of the float batch the pipeline would have sent (whole-level pixels: no rounding)."""
+  rng = np.random.default_rng(1)
+  pixels = rng.integers(0, 256, (8, 4, 4, 3)).astype(np.uint8)
+  labels = np.eye(4, dtype=np.float32)[rng.integers(0, 4, 8)]
+  model, mesh, tx = _PooledLinear(), parallel.make_mesh(), optax.sgd(0.1)
+  params = jax.device_get(model.init(jax.random.key(0), jnp.zeros((1, 4, 4, 3)),
+                                    train=False)['params'])  # Host copies: the state is donated.
+  results = []
+  for uint8 in (False, True):
+    config = make_config()
+    config.pp.uint8_batches = uint8
+    state = {'params': params, 'opt_state': tx.init(params), 'step': jnp.zeros((), jnp.int32),
+             'rng': jax.random.key_data(jax.random.key(0))}
+    images = pixels if uint8 else pixels.astype(np.float32) / 127.5 - 1.
+    step = train.make_train_step(model, tx, config, mesh)
+    results.append(step(parallel.put_replicated(state, mesh),
+                        parallel.put_batch({'image': images, 'label': labels}, mesh)))
+  (float_state, float_metrics), (uint8_state, uint8_metrics) = results
+  np.testing.assert_allclose(uint8_metrics['loss'], float_metrics['loss'], rtol=1e-6)
+  assert_trees_close(jax.device_get(uint8_state['params']),
+                     jax.device_get(float_state['params']))
 
 
 def test_pretraining_loss_falls_on_a_fixed_batch():

@@ -83,6 +83,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.pp.area_min = 0.05  # Smallest crop area of the 'inception' crop (official: 5%).
   c.pp.randaug = ml_collections.ConfigDict(dict(num_layers=0, magnitude=10))  # 0 layers = off.
   c.pp.random_erase = 0.  # Random-erasing probability (a noise rectangle, Zhong et al.); 0 = off.
+  # Train batches as uint8, normalised (pp.mean, pp.std) in the train step: a quarter of the
+  # bytes through the pipeline and to the device; each augmented pixel is rounded to a whole
+  # level first (within 0.5 / 255 of the float path). Off: float32 batches, as officially.
+  c.pp.uint8_batches = False
   # Input normalisation (x / 255 - mean) / std per RGB channel; 0.5/0.5 is the official
   # x / 127.5 - 1. Left at this default, a timm checkpoint's own values (its config.json's, e.g.
   # CLIP's or ImageNet's) replace it when fine-tuning from one; any other value is kept.

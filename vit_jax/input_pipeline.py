@@ -185,13 +185,15 @@ def get_train_data(config: Any, *, start_batch: int = 0) -> Iterator[Batch]:
 
   Args:
     config: Reads dataset, tfds_data_dir, tfds_manual_dir, data_sharding, pp.train, pp.crop,
-      pp.train_aug, pp.randaug, batch, shuffle_buffer, seed, prefetch and data_autotune (Mixup
-      is applied to the global batch in the train step).
+      pp.train_aug, pp.randaug, pp.uint8_batches, batch, shuffle_buffer, seed, prefetch and
+      data_autotune (Mixup is applied to the global batch in the train step).
     start_batch: Batches to skip; the stream then equals the one from 0 minus its first
       `start_batch` batches (used on resume, with the number of steps done).
 
   Returns:
-    A numpy iterator; b = config.batch // jax.process_count(), images in [-1, 1].
+    A numpy iterator; b = config.batch // jax.process_count(), images normalised (float32,
+    in [-1, 1] with the official mean/std), or uint8 with `config.pp.uint8_batches` (the train
+    step normalises them: `device_normalize`).
   """
   if start_batch < 0:
     raise ValueError(f'start_batch must be >= 0, got {start_batch}.')
@@ -217,6 +219,14 @@ def get_train_data(config: Any, *, start_batch: int = 0) -> Iterator[Batch]:
     ds = ds.with_options(options)
   return stream.numpy_batches(ds, stream.train_locator(
       config, split, start_batch * local_batch, local_batch, shared_stream))
+
+
+def device_normalize(config: Any) -> Optional[Callable[[Any], Any]]:
+  """What the train step applies to `get_train_data`'s images: the normalisation of uint8
+  batches (`config.pp.uint8_batches`, jax.numpy), or None (the batches are model inputs)."""
+  if not config.pp.uint8_batches:
+    return None
+  return image_ops.device_normalize(config.pp.mean, config.pp.std)
 
 
 def get_eval_data(config: Any, spec: Optional[str] = None) -> EvalData:

@@ -95,6 +95,7 @@ def make_train_step(model: Any, tx: optax.GradientTransformation, config: Any, m
   ema_decay = config.ema_decay
   mixup_alpha = float(config.mixup)
   objective = masked.objective(config, model)  # Self-supervised: the images are the targets.
+  normalize = input_pipeline.device_normalize(config)  # uint8 batches: normalised here.
 
   def loss_fn(params, images, labels, rng, teacher_params):
     if objective is not None:
@@ -115,6 +116,8 @@ def make_train_step(model: Any, tx: optax.GradientTransformation, config: Any, m
     seed = jax.random.wrap_key_data(state['rng'])
     rng = jax.random.fold_in(seed, state['step'])
     images, labels = batch['image'], batch['label']
+    if normalize is not None:
+      images = normalize(images)
     if mixup_alpha:
       images, labels = losses.mixup(images, labels, mixup_alpha, jax.random.fold_in(
           jax.random.fold_in(seed, losses.MIXUP_STREAM), state['step']))
@@ -240,9 +243,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   else:
     config = from_checkpoint.with_checkpoint_normalization(
         from_checkpoint.with_checkpoint_model(config, pretrained), pretrained)
-  manager = resume.make_checkpoint_manager(workdir, config)
-  trainer = state_lib.build_trainer(config, needs_pretrained=manager.latest_step() is None)
-  eval_data = get_eval_splits(config)  # Its splits checked too before anything is written.
+  with resume.unmade_if_refused(workdir):
+    manager = resume.make_checkpoint_manager(workdir, config)
+    trainer = state_lib.build_trainer(config, needs_pretrained=manager.latest_step() is None)
+    eval_data = get_eval_splits(config)  # Its splits checked too before anything is written.
   state, damaged = resume.restore_or_init(manager, lambda: state_lib.abstract_state(trainer),
                                           lambda: state_lib.init_state(trainer,
                                                                        pretrained=pretrained))

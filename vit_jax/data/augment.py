@@ -49,6 +49,8 @@ def make_train_preprocess(config: Any, num_classes: int) -> Callable[[Example, t
   if not 0 <= erase <= 1:
     raise ValueError(f'config.pp.random_erase={erase} must be a probability in [0, 1] (0 = off).')
   normalize = image_ops.make_normalize(config.pp.mean, config.pp.std)
+  if config.pp.uint8_batches:  # Normalised in the train step (`image_ops.device_normalize`).
+    normalize = image_ops.to_uint8
 
   def preprocess(example, seed):
     crop_seed, flip_seed, randaug_seed = tf.unstack(

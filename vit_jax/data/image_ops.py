@@ -238,6 +238,21 @@ def make_normalize(mean: Sequence[float], std: Sequence[float]) -> Callable:
   return lambda image: (tf.cast(image, tf.float32) / 255. - mean32) / std32
 
 
+def to_uint8(image):
+  """A [0, 255]-valued image → uint8, rounded to the nearest level (`pp.uint8_batches`)."""
+  tf = _tf()
+  return tf.cast(tf.clip_by_value(tf.round(tf.cast(image, tf.float32)), 0., 255.), tf.uint8)
+
+
+def device_normalize(mean: Sequence[float], std: Sequence[float]) -> Callable:
+  """`make_normalize` in jax.numpy, for uint8 batches inside the jitted train step."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top  # Only the train step's.
+  if is_official_normalization(mean, std):
+    return lambda image: image.astype(jnp.float32) / 127.5 - 1.
+  mean32, std32 = np.asarray(mean, np.float32), np.asarray(std, np.float32)
+  return lambda image: (image.astype(jnp.float32) / 255. - mean32) / std32
+
+
 def read_image(path: str) -> np.ndarray:
   """Decodes an image file to uint8 RGB (H, W, 3), whatever its format or mode.
 

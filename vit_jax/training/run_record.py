@@ -26,6 +26,7 @@ import jax
 import ml_collections
 from absl import logging
 
+from vit_jax import config_lib
 from vit_jax import input_pipeline
 from vit_jax.weights import metadata as metadata_lib
 from vit_jax.weights import store
@@ -122,10 +123,12 @@ def _dataset_changes(recorded: Dict[str, Any], now: Dict[str, Any]) -> List[str]
 
 
 def _config_changes(recorded: Dict[str, Any], now: Dict[str, Any]) -> List[str]:
-  old, new = _flat(recorded), _flat(now)
+  # A field the record lacks came to the code after the run started: at its default (the base
+  # config's) it trains as before.
+  old, new, base = _flat(recorded), _flat(now), _flat(_plain(config_lib.get_config()))
   return [f'config {key} is {new.get(key)!r} (was {old.get(key)!r})'
           for key in sorted(set(old) | set(new))
-          if key not in MAY_CHANGE and old.get(key) != new.get(key)]
+          if key not in MAY_CHANGE and old.get(key, base.get(key)) != new.get(key)]
 
 
 def differences(record: Dict[str, Any], config: Any, dataset: Dict[str, Any]) -> List[str]:

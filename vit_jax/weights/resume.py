@@ -9,6 +9,7 @@ by another config fails with one line naming the first difference; and with seve
 all agree on the step they resume from.
 """
 
+import contextlib
 import os
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
@@ -51,6 +52,28 @@ def make_checkpoint_manager(workdir: str, config: Any,
   # The handler is named so that `item_metadata` can read a checkpoint's tree before restoring.
   return ocp.CheckpointManager(os.path.abspath(store.state_dir(workdir)),
                                options=options, item_handlers=ocp.StandardCheckpointHandler())
+
+
+@contextlib.contextmanager
+def unmade_if_refused(workdir: str) -> Iterator[None]:
+  """Removes the run directory and its train_state/ folder (and parents) again, where this run
+  made them and they are still empty, when the run is refused (a user error) before it wrote
+  anything:
+  `make_checkpoint_manager` creates them before the trainer's checks (batch size, classes,
+  splits) can refuse the config. `python -m vit_jax.main` also undoes its log file."""
+  made, path = [], os.path.abspath(store.state_dir(workdir))
+  while not os.path.exists(path):  # train_state/, the run directory, its missing parents.
+    made.append(path)
+    path = os.path.dirname(path)
+  try:
+    yield
+  except (ValueError, FileNotFoundError, PermissionError):
+    for path in made:  # The deepest first.
+      try:
+        os.rmdir(path)  # Only if empty (another process of the run may have written there).
+      except OSError:
+        pass
+    raise
 
 
 def save_checkpoint(manager: ocp.CheckpointManager, step: int, state: State) -> None:
