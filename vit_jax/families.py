@@ -70,6 +70,13 @@ class Family:
       `weights.architecture` (the reader of its files' shapes).
     flops: 'package.module.NAME' of its `tools.flops.FlopsCounter`, or None when only XLA
       counts it (`flops --xla`).
+    resnet_root: whether its model has the official ResNet root before the patch embedding
+      (a config's `resnet` field: what FLOPs, shape comparison and custom names count).
+    augreg: whether its presets were published as AugReg checkpoints (`AUGREG_CONFIGS`).
+    masked_pretraining: whether the masked trainers (MAE, MPP) pretrain it (patches of pixels
+      into a plain encoder).
+    timm_vit: whether timm's vision_transformer holds its models, so `export_timm` writes them
+      (what that writer cannot represent, such as a ResNet root, it still refuses in one line).
   """
 
   name: str
@@ -84,6 +91,10 @@ class Family:
   module: str
   shape_reader: str
   flops: Optional[str]
+  resnet_root: bool = False
+  augreg: bool = False
+  masked_pretraining: bool = False
+  timm_vit: bool = False
 
 
 def resolve(dotted: str) -> Any:
@@ -186,14 +197,15 @@ FAMILIES: Dict[str, Family] = _register(
            finetune_resolution=_round_up, input_multiple=_patch_size, shrink=_shrink_vit,
            module='vit_jax.models_vit.VisionTransformer',
            shape_reader='vit_jax.weights.shape_readers.VIT_READER',
-           flops='vit_jax.tools.flops.VIT_FLOPS'),
+           flops='vit_jax.tools.flops.VIT_FLOPS', augreg=True, masked_pretraining=True,
+           timm_vit=True),
     Family('hybrid', 'ResNet+ViT hybrid', VIT_EXTRAS, True,
            token_stride=lambda c: _patch_size(c) * 2**_hybrid_root_steps(c),
            token_grid=_hybrid_grid, finetune_resolution=_round_up,
            input_multiple=lambda c: 1, shrink=_shrink_hybrid,
            module='vit_jax.models_vit.VisionTransformer',
            shape_reader='vit_jax.weights.shape_readers.VIT_READER',
-           flops='vit_jax.tools.flops.VIT_FLOPS'),
+           flops='vit_jax.tools.flops.VIT_FLOPS', resnet_root=True, augreg=True, timm_vit=True),
     Family('mixer', 'Mixer', {}, False,
            token_stride=_patch_size, token_grid=_patch_grid,
            finetune_resolution=_round_up, input_multiple=_patch_size, shrink=_shrink_mixer,

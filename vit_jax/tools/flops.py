@@ -114,7 +114,7 @@ def count_flops(model_config: Any, image_size: int, num_classes: int = 1000) -> 
 
 def counter_of(model_config: Any) -> 'FlopsCounter':
   """The FLOPs counter of the model's family, or one line saying there is none."""
-  family = families.FAMILIES[presets.family_of(model_config)]
+  family = presets.record_of(model_config)
   if family.flops is None:
     counted = ', '.join(f.title for f in families.FAMILIES.values() if f.flops)
     raise ValueError(f'flops counts {counted} models; {model_config.get("model_name")} is a '
@@ -125,7 +125,7 @@ def counter_of(model_config: Any) -> 'FlopsCounter':
 def vit_flops(model_config: Any, image_size: int, num_classes: int = 1000) -> Dict[str, int]:
   """`count_flops` of a ViT or a hybrid (`models_vit`; a hybrid's ResNet root as 'resnet')."""
   hw, channels, out = (image_size, image_size), 3, {}
-  if presets.family_of(model_config) == 'hybrid':
+  if presets.record_of(model_config).resnet_root:
     out['resnet'], hw, channels = resnet_flops(model_config['resnet'], hw)
   ph, pw = model_config['patches']['size']
   grid = (hw[0] // ph, hw[1] // pw)
