@@ -323,8 +323,10 @@ def _run(fv: flags.FlagValues, extra: Sequence[str], argv: Sequence[str]) -> Opt
     timm_worker(fv, fv.mode)
     return None
   from vit_jax import models
+  from vit_jax import presets
   config = models.get_config(fv.model)
-  if models.family_of(config) != 'vit':
+  record = presets.record_of(config)
+  if not record.timm_vit or record.resnet_root:  # timm's plain ViT is what it times against.
     raise ValueError(f'benchmark times plain ViT presets; {fv.model} is not one.')
   if fv.batch < 1 or fv.repeats < 1 or fv.image < 1:
     raise ValueError('--batch, --repeats and --image must be positive.')

@@ -1,5 +1,8 @@
 """A model family is one record (`families.FAMILIES`) and every per-family call site reads it."""
 
+import pathlib
+import re
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -14,6 +17,8 @@ from vit_jax.weights import architecture
 from vit_jax.weights import shape_readers
 from vit_jax.weights.npz_format import CheckpointError
 from vit_jax.tools import flops
+
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / 'vit_jax'
 
 
 def _preset_of(family):
@@ -111,3 +116,22 @@ def test_a_new_family_record_is_picked_up_by_every_call_site(toy_family):
 def test_a_family_without_a_counter_is_one_line_from_flops():
   with pytest.raises(ValueError, match=r'Mixer-B_16 is a Mixer model, which it does not count'):
     flops.count_flops(models.get_config('Mixer-B_16'), 224)
+
+
+def _comparisons(name):
+  """A family's name compared: `== 'swin'`, `'swin' !=`, `in ('vit', 'hybrid')`."""
+  quoted = f'[\'"]{name}[\'"]'
+  return re.compile(rf'(==|!=)\s*{quoted}|{quoted}\s*(==|!=)|\bin\s*[(\[{{][^)\]}}]*{quoted}')
+
+
+def test_no_family_name_is_compared_outside_its_own_files():
+  """Generic code asks the family's record; only a family's own modules (their file names
+  name it: families/swin.py, models_swin.py, swin_timm.py) say its name."""
+  found = []
+  for path in sorted(PACKAGE.rglob('*.py')):
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+      code = line.split('#')[0]
+      if any(name not in path.stem and _comparisons(name).search(code)
+             for name in families.FAMILIES):
+        found.append(f'{path.relative_to(PACKAGE.parent)}:{n}: {line.strip()}')
+  assert not found, 'ask the family record instead:\n' + '\n'.join(found)

@@ -1,14 +1,17 @@
-"""Every tool on every model family: it works, or refuses in one line (no traceback).
+"""Every tool on every registered model family's bare .npz: it works, or refuses in one line.
 
-The matrix: predict, features, analyze, flops and export_timm × ViT, hybrid, Mixer, Swin and
-ResNet, each on a run directory (params.npz + metadata.json, written by the trainer's own
-export) and on a bare published-format .npz (no description: the shapes say what it is). The
-models are the tiny presets at 32px, built once per module.
+The matrix: predict, features, analyze, flops and export_timm × every family of the registry
+(`families.FAMILIES`), each on a bare published-format .npz (no description: the shapes say
+what it is). tests/test_conformance.py runs the same tools on each family's run directory
+(params.npz + metadata.json). The models are each family's smallest preset at its runlocal
+size (`test_conformance.small_preset`), built once per module; what a tool refuses follows from
+the family's record and module, never from its name.
 """
 
 import json
 import os
 import types
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -19,7 +22,9 @@ from PIL import Image
 
 from vit_jax import checkpoint
 from vit_jax import config_lib
+from vit_jax import families
 from vit_jax import models
+from vit_jax import models_vit
 from vit_jax.weights import loading
 from vit_jax.data import image_ops
 from vit_jax.tools import analyze
@@ -30,36 +35,27 @@ from vit_jax.tools import flops
 from vit_jax.tools import predict
 from vit_jax.training import export
 
+from test_conformance import small_preset
+
 CLASSES = ('cat', 'dog')
-IMAGE_SIZE = 32
+FAMILIES = tuple(families.FAMILIES)
 
 
 def model_config(family: str) -> ml_collections.ConfigDict:
-  """A tiny model of `family` that runs at 32px in a second."""
-  if family == 'vit':
-    return config_lib.with_model(config_lib.get_config(), 'testing').model
-  if family == 'hybrid':  # Root only (32 → 8), then 2x2 patches: a 4x4 grid.
-    return config_lib.small_vit('hybrid-testing', patch=2, hidden=8, layers=1, mlp=8, heads=2,
-                                resnet_layers=())
-  if family == 'mixer':
-    return ml_collections.ConfigDict(dict(
-        model_name='mixer-testing', family='mixer', patches=dict(size=(8, 8)), hidden_dim=8,
-        num_blocks=1,
-        tokens_mlp_dim=8, channels_mlp_dim=8))
-  if family == 'swin':
-    return config_lib.with_model(config_lib.get_config(), 'Swin-testing').model
-  return config_lib.with_model(config_lib.get_config(), 'ResNet-11_28px').model
+  """The run config of `family`'s smallest preset at its runlocal size (a 2x2 token grid)."""
+  config = config_lib.with_model(config_lib.get_config(), small_preset(family))
+  config_lib.shrink(config)
+  return config
 
 
 def write_run(workdir: str, family: str) -> None:
   """A run directory as the trainer exports it (`training.export.export_params`)."""
-  config = config_lib.get_config()
-  config.model = model_config(family)
-  config.pp.crop = IMAGE_SIZE
+  config = model_config(family)
   config.dataset = 'folder'
+  side = config.pp.crop
   net = models.get_model(config.model, num_classes=len(CLASSES))
   shapes = jax.eval_shape(lambda: net.init(jax.random.key(0), jnp.zeros(
-      (1, IMAGE_SIZE, IMAGE_SIZE, 3)), train=False))['params']
+      (1, side, side, 3)), train=False))['params']
   rng = np.random.default_rng(0)  # Random weights without compiling an init: seconds.
   params = jax.tree.map(
       lambda s: (0.3 * rng.standard_normal(s.shape) + (1 if len(s.shape) == 1 else 0)
@@ -86,15 +82,18 @@ def sources(tmp_path_factory):
   return out
 
 
-FAMILIES = ('vit', 'hybrid', 'mixer', 'swin', 'resnet')
-# What each tool does not apply to, and the words of its one-line refusal.
-REFUSED = {
-    'features': {f: 'Features need a Vision Transformer' for f in ('mixer', 'swin', 'resnet')},
-    'analyze': {f: 'Features need a Vision Transformer' for f in ('mixer', 'swin', 'resnet')},
-    'flops': {'mixer': 'is a Mixer model', 'resnet': 'is a ResNet model'},
-    'export_timm': {'hybrid': 'a ResNet stem', 'mixer': '(a Mixer)', 'swin': '(a Swin)',
-                    'resnet': '(a ResNet)'},
-}
+def refusal(tool: str, family: str) -> Optional[str]:
+  """The words of `tool`'s one-line refusal of `family`, from its record and module, or None."""
+  record = families.FAMILIES[family]
+  if tool in ('features', 'analyze'):
+    vit = issubclass(models.module_of(family), models_vit.VisionTransformer)
+    return None if vit else 'Features need a Vision Transformer'
+  if tool == 'flops':
+    return None if record.flops else f'is a {record.title} model'
+  if tool == 'export_timm':
+    return (f'(a {record.title})' if not record.timm_vit else
+            'a ResNet stem' if record.resnet_root else None)
+  return None
 
 
 def _call(tool, args, capsys):
@@ -124,33 +123,32 @@ def _run_tool(name, source, sources, tmp_path, capsys):
   return 0, str(result.pre_logits.shape), ''
 
 
-@pytest.mark.parametrize('kind', ['run', 'npz'])
 @pytest.mark.parametrize('family', FAMILIES)
 @pytest.mark.parametrize('tool', ['predict', 'features', 'analyze', 'flops', 'export_timm'])
-def test_tool_works_on_the_family_or_refuses_in_one_line(tool, family, kind, sources, tmp_path,
+def test_tool_works_on_the_family_or_refuses_in_one_line(tool, family, sources, tmp_path,
                                                          capsys):
-  rc, out, err = _run_tool(tool, sources[family][kind], sources, tmp_path, capsys)
-  refusal = REFUSED.get(tool, {}).get(family)
-  if refusal:
+  rc, out, err = _run_tool(tool, sources[family]['npz'], sources, tmp_path, capsys)
+  refused = refusal(tool, family)
+  if refused:
     assert rc == 1 and not out, (out, err)
-    assert err.startswith(f'{tool}: error:') and refusal in err, err
+    assert err.startswith(f'{tool}: error:') and refused in err, err
     assert err.count('\n') == 1 and 'Traceback' not in err, err
     return
   assert rc == 0, err
   if tool == 'predict':
     labels = [line.split('%', 1)[1].strip() for line in out.splitlines()[1:]]
-    assert sorted(labels) == (list(CLASSES) if kind == 'run' else ['class 0', 'class 1'])
+    assert sorted(labels) == ['class 0', 'class 1']  # No description: no class names.
   elif tool == 'analyze':
     assert os.path.isfile(tmp_path / 'analysis' / 'analysis.json')
   elif tool == 'flops':  # The checkpoint's model, size and classes, not --model's ViT-B/16.
-    name = loading.load_model(sources[family][kind]).config.model_name
-    assert out.startswith(f'{name} at 32x32, 2 classes'), out
-    assert name == model_config(family).model_name or kind == 'npz'
+    loaded = loading.load_model(sources[family]['npz'])
+    side = loaded.image_size
+    assert out.startswith(f'{loaded.config.model_name} at {side}x{side}, 2 classes'), out
   elif tool == 'export_timm':
     assert os.path.isfile(tmp_path / 'timm' / 'model.safetensors')
     with open(tmp_path / 'timm' / 'config.json') as f:
       written = json.load(f)
-    assert written.get('label_names') == (list(CLASSES) if kind == 'run' else None)
+    assert written.get('label_names') is None
 
 
 def test_export_timm_writes_the_runs_class_names_where_timm_reads_them(sources, tmp_path, capsys):

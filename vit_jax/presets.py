@@ -60,6 +60,12 @@ def family_of(model_config: Any) -> str:
   return family
 
 
+def record_of(model_config: Any) -> families.Family:
+  """The record of the family a model config declares (`family_of`): what generic code asks
+  ("does it have a ResNet root?", "does timm's ViT hold it?") instead of comparing names."""
+  return FAMILIES[family_of(model_config)]
+
+
 def vit(name: str, patch: int, hidden: int, mlp: int, heads: int, layers: int, *,
         dropout: float = 0., classifier: str = 'token', representation_size=None,
         resnet: Optional[Tuple[Sequence[int], float]] = None) -> ml_collections.ConfigDict:
@@ -110,7 +116,7 @@ def _swin(name: str, patch: int, embed_dim: int, depths: Sequence[int], heads: S
 def _register(config: ml_collections.ConfigDict) -> None:
   name = config.model_name
   MODEL_CONFIGS[name] = config.lock()
-  if family_of(config) in ('vit', 'hybrid') and name not in _NO_AUGREG:
+  if record_of(config).augreg and name not in _NO_AUGREG:
     AUGREG_CONFIGS[name.replace('ViT-', '').replace('+', '_')] = config
 
 
@@ -184,18 +190,18 @@ def token_grid(model_config: Any, image_size: Sequence[int]) -> Tuple[int, int]:
 
   For a plain ResNet or a Swin: the grid of its last feature map.
   """
-  return tuple(families.FAMILIES[family_of(model_config)].token_grid(model_config, image_size))
+  return tuple(record_of(model_config).token_grid(model_config, image_size))
 
 
 def token_stride(model_config: Any) -> int:
   """Input pixels per token (or per cell of a ResNet's last feature map) along each axis."""
-  return families.FAMILIES[family_of(model_config)].token_stride(model_config)
+  return record_of(model_config).token_stride(model_config)
 
 
 def finetune_resolution(model_config: Any, target: int = 384) -> int:
   """The official fine-tuning resolution (384px) rounded up to whole tokens (392 for /14); a
   Swin's published resolution (its last stage one window); any size for a ResNet."""
-  return families.FAMILIES[family_of(model_config)].finetune_resolution(model_config, target)
+  return record_of(model_config).finetune_resolution(model_config, target)
 
 
 def square_side(num_tokens: int) -> Optional[int]:
@@ -207,7 +213,7 @@ def square_side(num_tokens: int) -> Optional[int]:
 def num_prefix_tokens(model_config: Any) -> int:
   """Tokens before the patch grid: the class token of 'token*' classifiers, the distillation
   token and the register tokens (0 for Mixers, ResNets and Swins)."""
-  if not families.FAMILIES[family_of(model_config)].has_prefix_tokens:
+  if not record_of(model_config).has_prefix_tokens:
     return 0
   return prefix_token_count(model_config['classifier'], bool(model_config.get('distilled')),
                             int(model_config.get('num_registers') or 0))

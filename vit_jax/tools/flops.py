@@ -114,7 +114,7 @@ def count_flops(model_config: Any, image_size: int, num_classes: int = 1000) -> 
 
 def counter_of(model_config: Any) -> 'FlopsCounter':
   """The FLOPs counter of the model's family, or one line saying there is none."""
-  family = families.FAMILIES[presets.family_of(model_config)]
+  family = presets.record_of(model_config)
   if family.flops is None:
     counted = ', '.join(f.title for f in families.FAMILIES.values() if f.flops)
     raise ValueError(f'flops counts {counted} models; {model_config.get("model_name")} is a '
@@ -125,7 +125,7 @@ def counter_of(model_config: Any) -> 'FlopsCounter':
 def vit_flops(model_config: Any, image_size: int, num_classes: int = 1000) -> Dict[str, int]:
   """`count_flops` of a ViT or a hybrid (`models_vit`; a hybrid's ResNet root as 'resnet')."""
   hw, channels, out = (image_size, image_size), 3, {}
-  if presets.family_of(model_config) == 'hybrid':
+  if presets.record_of(model_config).resnet_root:
     out['resnet'], hw, channels = resnet_flops(model_config['resnet'], hw)
   ph, pw = model_config['patches']['size']
   grid = (hw[0] // ph, hw[1] // pw)
@@ -210,7 +210,8 @@ class FlopsCounter:
   """How `flops` counts one family (a family's record names its counter).
 
   Attributes:
-    count: (model config, image side, classes) → FLOPs by part + 'total'.
+    count: (model config, image side, classes) → FLOPs by part (keys from `PARTS`; a family
+      without attention has no 'attention': its doubling table shows 0 and nan) + 'total'.
     doubled: (unlocked model config copy, 'hidden size' or 'depth') → doubles it in place.
     tokens: (model config, image side) → the tokens the `--sizes` table shows.
   """
@@ -243,10 +244,15 @@ def scaling_table(model_config: Any, image_size: int,
     config, scale = _variant(model_config, change)
     flops = count_flops(config, image_size * scale, num_classes)
     rows.append({'change': change if change == 'baseline' else f'{change} ×2',
-                 'attention': flops['attention'], 'total': flops['total'],
-                 'attention_ratio': flops['attention'] / base['attention'],
-                 'total_ratio': flops['total'] / base['total']})
+                 'attention': flops.get('attention', 0), 'total': flops['total'],
+                 'attention_ratio': _ratio(flops.get('attention', 0), base.get('attention', 0)),
+                 'total_ratio': _ratio(flops['total'], base['total'])})
   return rows
+
+
+def _ratio(value: int, base: int) -> float:
+  """value / base; NaN where the base has none (a counter without an attention part)."""
+  return value / base if base else math.nan
 
 
 def xla_flops(model: Any, image_size: int, num_classes: int = 1000) -> float:
@@ -305,11 +311,12 @@ def size_table(configs: Sequence[Any], sizes: Sequence[int], num_classes: int = 
     for side in sizes:
       flops = count_flops(config, side, num_classes)
       tokens = counter_of(config).tokens(config, side)
-      growth = f'{flops["attention"] / previous:7.2f}' if previous else f'{"":7s}'
+      attention = flops.get('attention', 0)
+      growth = f'{attention / previous:7.2f}' if previous else f'{"":7s}'
       lines.append(f'{name:14s} {side:5d} {tokens:7d} '
-                   f'{flops["attention"] / 1e9:16.3f} {growth} {flops["total"] / 1e9:12.3f} '
-                   f'{flops["attention"] / flops["total"]:16.1%}')
-      previous = flops['attention']
+                   f'{attention / 1e9:16.3f} {growth} {flops["total"] / 1e9:12.3f} '
+                   f'{attention / flops["total"]:16.1%}')
+      previous = attention
   return '\n'.join(lines)
 
 

@@ -43,7 +43,7 @@ def validate(config: Any) -> None:
     raise ValueError(f'trainer={name} needs a model to pretrain: set config.model (e.g. '
                      'config_lib.with_model(config, "ViT-B_16")).')
   family = presets.family_of(config.model)
-  if family != 'vit':
+  if not presets.record_of(config.model).masked_pretraining:
     raise ValueError(f'trainer={name} pretrains a plain ViT (patches of pixels); the model is '
                      f'a {family}: use a ViT preset or config_lib.small_vit.')
   classifier = config.model.get('classifier', 'token')

@@ -17,7 +17,7 @@ from vit_jax import families
 from vit_jax import presets
 from vit_jax.weights import npz_format
 from vit_jax.weights.npz_format import CheckpointError
-from vit_jax.weights.shape_readers import ShapeReader, full_vit_config, plain_config
+from vit_jax.weights.shape_readers import ShapeReader, plain_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,11 +168,6 @@ def conform(arch: Architecture, declared: Any, declared_name: str) -> Architectu
   if problem:
     raise CheckpointError(problem)
   config = plain_config(declared)
-  if presets.family_of(config) in ('vit', 'hybrid'):
-    config = full_vit_config(config)
-    found = plain_config(arch.config)
-    config['representation_size'] = found['representation_size']
-    if found['posemb'] in ('learn', 'learn_2d', 'relative'):
-      config['posemb'] = found['posemb']
+  config = reader_of(presets.family_of(config)).conform(config, plain_config(arch.config))
   config['model_name'] = config.get('model_name') or arch.config.model_name
   return dataclasses.replace(arch, config=ml_collections.ConfigDict(config), assumed=())

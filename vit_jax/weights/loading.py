@@ -185,10 +185,11 @@ def _warn_if_described_otherwise(source: Source, model_config: Any) -> None:
   so the shapes fit and fine-tuning would silently start from another model than was trained.
   """
   described = source.declared
-  if not described or presets.family_of(model_config) not in ('vit', 'hybrid'):
+  if not described:
     return
-  config = architecture.full_vit_config(model_config)  # A preset's omitted fields: defaults.
-  changed = [key for key in ('posemb', 'classifier')
+  reader = architecture.reader_of(presets.family_of(model_config))
+  config = reader.complete(model_config)  # A preset's omitted fields: defaults.
+  changed = [key for key in reader.unseen
              if key in described and described[key] != config[key]]
   if changed:
     logging.warning(

@@ -148,7 +148,7 @@ def _vit_compared(config: Mapping[str, Any]) -> Tuple[Tuple[str, Any], ...]:
             ('heads', t['num_heads']), ('MLP width', t['mlp_dim']),
             ('class token', 'yes' if presets.num_prefix_tokens(config) else 'no'),
             ('position embedding parameters', _posemb_params(config['posemb'])))
-  if presets.family_of(config) == 'hybrid':
+  if presets.record_of(config).resnet_root:
     resnet = config['resnet']
     fields += (('ResNet units per stage', tuple(resnet['num_layers'])),
                ('ResNet width factor', resnet['width_factor']))
@@ -174,7 +174,7 @@ def _mixer_name(fields: Mapping[str, Any]) -> str:
 def _vit_name(fields: Mapping[str, Any]) -> str:
   t = fields['transformer']
   root = ('R' + '-'.join(map(str, fields['resnet']['num_layers'])) + '+'
-          if presets.family_of(fields) == 'hybrid' else '')
+          if presets.record_of(fields).resnet_root else '')
   return (f'{root}ViT-custom-{fields["hidden_size"]}d-{t["num_layers"]}L-{t["num_heads"]}h-'
           f'mlp{t["mlp_dim"]}-p{fields["patches"]["size"][0]}')
 
@@ -233,6 +233,16 @@ def _read_swin(tree: Mapping[str, Any], match: Match) -> Tuple[Dict[str, Any], A
       f'stochastic_depth {config["stochastic_depth"]} (timm\'s default; training only)']
 
 
+def _vit_conform(declared: Dict[str, Any], found: Mapping[str, Any]) -> Dict[str, Any]:
+  """A declared ViT config with the official defaults, the file's pre_logits width and its
+  learned position-embedding kind (what its shapes decide)."""
+  config = full_vit_config(declared)
+  config['representation_size'] = found['representation_size']
+  if found['posemb'] in ('learn', 'learn_2d', 'relative'):
+    config['posemb'] = found['posemb']
+  return config
+
+
 def _image_from_grid(config: Mapping[str, Any], grid: Any) -> Optional[int]:
   """The training resolution a square trained grid says, else None."""
   return grid[0] * presets.token_stride(config) if grid and grid[0] == grid[1] else None
@@ -253,6 +263,13 @@ class ShapeReader:
     custom_name: model config → a descriptive name when no preset matches.
     complete: model config → plain dict with its family's defaults filled in.
     image_size: (model config, trained grid) → the resolution it was trained at, or None.
+    conform: (declared plain config, the file's plain config) → the declared config completed
+      by what the file's shapes decide (`architecture.conform`).
+    unseen: fields without parameters of their own (sincos2d vs none, token vs
+      token_unpooled): a description that gives another value than the model config is
+      warned about (`loading.fit_source`), since the shapes fit either way.
+    fit: (restored tree, the model's tree) → the restored tree with its family's tables fitted
+      to the model's (Swin: relative-position tables to another window; `surgery`).
   """
 
   marks: str
@@ -262,6 +279,10 @@ class ShapeReader:
   custom_name: Callable[[Mapping[str, Any]], str]
   complete: Callable[[Mapping[str, Any]], Dict[str, Any]] = plain_config
   image_size: Callable[[Mapping[str, Any], Any], Optional[int]] = _image_from_grid
+  conform: Callable[[Dict[str, Any], Mapping[str, Any]], Dict[str, Any]] = (
+      lambda declared, found: declared)
+  unseen: Tuple[str, ...] = ()
+  fit: Callable[[Any, Mapping[str, Any]], Any] = lambda restored, like: restored
 
 
 MIXER_READER = ShapeReader('stem/ + MixerBlock_0/',
@@ -270,7 +291,8 @@ MIXER_READER = ShapeReader('stem/ + MixerBlock_0/',
 VIT_READER = ShapeReader(
     'embedding/ + Transformer/encoderblock_0/',
     lambda t: 'embedding' in t and 'encoderblock_0' in t.get('Transformer', {}), _read_vit,
-    _vit_compared, _vit_name, complete=full_vit_config)
+    _vit_compared, _vit_name, complete=full_vit_config, conform=_vit_conform,
+    unseen=('posemb', 'classifier'))
 RESNET_READER = ShapeReader('conv_root/ without embedding/',
                             lambda t: 'conv_root' in t and 'embedding' not in t, _read_resnet,
                             _resnet_compared, _resnet_name)
@@ -278,4 +300,5 @@ RESNET_READER = ShapeReader('conv_root/ without embedding/',
 SWIN_READER = ShapeReader('patch_embed/ + layers_0_blocks_0/',
                           lambda t: 'patch_embed' in t and 'layers_0_blocks_0' in t, _read_swin,
                           _swin_compared, _swin_name,
-                          image_size=lambda config, grid: presets.finetune_resolution(config))
+                          image_size=lambda config, grid: presets.finetune_resolution(config),
+                          fit=swin_timm.fit_relative_position_tables)

@@ -12,8 +12,8 @@ import numpy as np
 from absl import logging
 
 from vit_jax import presets
+from vit_jax.weights import architecture
 from vit_jax.weights import npz_format
-from vit_jax.weights import swin_timm
 from vit_jax.weights.npz_format import CheckpointError, Params
 
 
@@ -255,7 +255,7 @@ def fit_to_model(restored: Params, init_params: Mapping[str, Any], model_config:
   grid = grid_shape or _posemb_grid(init_params, model_config)
   if grid is not None:
     restored = fit_posemb(restored, model_config, grid)
-  if presets.family_of(model_config) == 'swin':  # Another window or resolution: as timm.
-    restored = swin_timm.fit_relative_position_tables(restored, init_params)
+  # The family's own tables (Swin's, for another window or resolution: as timm).
+  restored = architecture.reader_of(presets.family_of(model_config)).fit(restored, init_params)
   check_tree(restored, init_params, source)
   return _cast_like(restored, init_params)

@@ -9,7 +9,6 @@ import math
 import os
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
-from vit_jax import families
 from vit_jax import presets
 from vit_jax.weights import npz_format
 from vit_jax.weights import timm_architectures
@@ -25,11 +24,12 @@ def _timm_pool(classifier: str) -> Tuple[bool, str]:
 
 
 def _architecture(c: Mapping[str, Any]) -> str:
-  """The timm architecture to write: the config's `model_name` when the table has it as a ViT,
-  else timm's ViT-B/16 (DeiT's distilled one), with every differing size in model_args."""
+  """The timm architecture to write: the config's `model_name` when the table has it in the
+  config's family, else timm's ViT-B/16 (DeiT's distilled one), with every differing size in
+  model_args."""
   name = str(c.get('model_name') or '')
   entry = timm_architectures.ARCHITECTURES.get(name)
-  if entry is not None and entry['family'] == 'vit':
+  if entry is not None and entry['family'] == presets.family_of(c):
     return name
   return 'deit_base_distilled_patch16_224' if c.get('distilled') else 'vit_base_patch16_224'
 
@@ -66,12 +66,11 @@ def timm_model_args(model_config: Mapping[str, Any], num_classes: int,
       position embeddings, a LayerNorm epsilon its architecture does not have).
   """
   c = model_config
-  family = presets.family_of(c)
-  if family in ('mixer', 'swin', 'resnet'):  # timm has them, but this writer knows its ViT only.
-    title = families.FAMILIES[family].title
-    raise TimmFormatError(f'timm\'s ViT cannot represent this model (a {title}); '
+  record = presets.record_of(c)
+  if not record.timm_vit:  # timm may have the family, but this writer knows its ViT only.
+    raise TimmFormatError(f'timm\'s ViT cannot represent this model (a {record.title}); '
                           'export_timm writes ViTs only.')
-  problem = ('a ResNet stem' if family == 'hybrid' else
+  problem = ('a ResNet stem' if record.resnet_root else
              'pre_logits' if c.get('representation_size') is not None else
              f'posemb {c.get("posemb")}' if c.get('posemb', 'learn') not in ('learn', 'none')
              else None)

@@ -1,0 +1,39 @@
+"""The ResNet classifier's record: SAME-padded strides (any input size) and runlocal size."""
+
+import math
+from typing import Any, Sequence, Tuple
+
+import ml_collections
+
+from vit_jax.families.record import Family, ceil_div
+
+# Fields beyond the preset's (a ResNet has no dropout, attention or position embeddings).
+EXTRAS = dict(
+    dtype='float32',  # Compute dtype; 'bfloat16' for accelerators (params stay float32).
+)
+
+
+def _strides(config: Any) -> Sequence[int]:
+  # SAME padding throughout: the root conv, the 3x3/2 pool, then 2x per stage after the 1st.
+  return [config['root_stride']] + [2] * (
+      bool(config['root_pool']) + max(len(config['stage_sizes']) - 1, 0))
+
+
+def _grid(config: Any, hw: Sequence[int]) -> Tuple[int, int]:
+  for stride in _strides(config):
+    hw = ceil_div(hw, stride)
+  return tuple(hw)
+
+
+def shrink(model: ml_collections.ConfigDict) -> None:
+  # One unit per stage, GroupNorm's 32 channels at least.
+  model.update(dict(stage_sizes=(1,) * len(model.stage_sizes), width_factor=.5))
+
+
+# Any size works: SAME padding and global average pooling.
+FAMILY = Family('resnet', 'ResNet', EXTRAS, False,
+                token_stride=lambda c: math.prod(_strides(c)), token_grid=_grid,
+                finetune_resolution=lambda c, target: target, input_multiple=lambda c: 1,
+                shrink=shrink,
+                module='vit_jax.models_resnet.ResNet',
+                shape_reader='vit_jax.weights.shape_readers.RESNET_READER', flops=None)
