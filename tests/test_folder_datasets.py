@@ -113,6 +113,27 @@ def test_overlapping_train_and_eval_splits_are_an_error(tmp_path, splits, train,
   assert '--config.pp.train=' in message and len(message.splitlines()) == 1
 
 
+@pytest.mark.parametrize('link', ['class_folder', 'file', 'hard_link'])
+def test_a_test_image_that_is_a_training_image_under_another_path_is_an_error(tmp_path, link):
+  """`test/cat -> ../train/cat` (or one image linked or hard-linked into both splits): the same
+  files under other paths; the accuracy would be measured on training images (issue 62)."""
+  root = write_folder(tmp_path)
+  test_dir, train_file = os.path.join(root, 'test', CLASSES[0]), os.path.join(root, 'train',
+                                                                              CLASSES[1], '000.png')
+  if link == 'class_folder':
+    for name in os.listdir(test_dir):
+      os.remove(os.path.join(test_dir, name))
+    os.rmdir(test_dir)
+    os.symlink(os.path.join('..', 'train', CLASSES[0]), test_dir)
+  else:
+    (os.symlink if link == 'file' else os.link)(train_file, os.path.join(test_dir, 'copy.png'))
+  shared = 50 if link == 'class_folder' else 1
+  with pytest.raises(ValueError) as error:
+    input_pipeline.get_dataset_info(make_config(root))
+  message = str(error.value)
+  assert f'share {shared} of the' in message and len(message.splitlines()) == 1, message
+
+
 def test_a_validation_split_that_shares_training_images_is_an_error(tmp_path):
   root = write_folder(tmp_path)
   config = make_config(root, 'train[:50%]', 'test')

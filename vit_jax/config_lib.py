@@ -244,8 +244,9 @@ def finish(config: ml_collections.ConfigDict, runlocal: bool) -> ml_collections.
 def shrink(config: ml_collections.ConfigDict) -> None:
   """The `runlocal` switch (as in big_vision): the same code paths in seconds on a CPU.
 
-  A one-block width-16 model of the same family, patch size and token stride; 2 steps of
-  batch 8 at the input size that gives a 2x2 token grid; checkpoints, eval and export all run.
+  A one-block width-16 model of the same family, patch size and token stride (MAE's decoder
+  too); 2 steps of batch 8 at the input size that gives a 2x2 token grid; checkpoints, eval and
+  export all run.
   """
   model = config.model
   if model is not None:  # None: the pretrained checkpoint's model (configs/hub.py), kept.
@@ -254,6 +255,8 @@ def shrink(config: ml_collections.ConfigDict) -> None:
   config.update(dict(total_steps=2, num_epochs=0., batch=8, batch_eval=8, accum_steps=1,
                      warmup_steps=1, shuffle_buffer=16, progress_every=1, eval_every=2,
                      checkpoint_every=2))
+  if 'mae' in config:  # MAE's decoder shrinks with the encoder (8 blocks of 512 otherwise).
+    config.mae.update(dict(decoder_width=16, decoder_depth=1, decoder_heads=2))
 
 
 def small_vit(name: str, *, patch: int, hidden: int, layers: int, mlp: int, heads: int,

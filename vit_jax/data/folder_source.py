@@ -11,7 +11,8 @@ torchvision's ImageFolder): the images are the files named as one (`image_ops.IM
 the list every tool reads), images in nested sub-folders of a class belong to it, hidden files
 and folders (`.ipynb_checkpoints`) are skipped, a symlinked folder that leads back into the
 dataset is not followed, other files are skipped and counted in one logged line, and an empty
-class folder is an error.
+class folder is an error. Splits that share an image are an error, also when it is the same file
+under two paths (a class folder linked to another split's, a linked or hard-linked image).
 """
 
 import functools
@@ -73,13 +74,24 @@ def open_folder(root: str) -> sources.Source:
                                  checked=True, strided=True)
 
   def overlap(train: str, test: str) -> int:
-    specs = [without_held_out(root, spec) for spec in (train, test)]
-    return len(set(folder_split(root, classes, specs[0])[0])
-               & set(folder_split(root, classes, specs[1])[0]))
+    """Files of split `test` that split `train` holds too, by the file itself: a class folder
+    linked to another split's (`test/cat -> ../train/cat`), an image linked or hard-linked into
+    both, are the same file under two paths."""
+    paths = [folder_split(root, classes, without_held_out(root, spec))[0] for spec in (train, test)]
+    if not set(paths[0]).isdisjoint(paths[1]):  # Slices of one folder: the same paths.
+      return len(set(paths[0]) & set(paths[1]))
+    trained = {_file_id(path) for path in paths[0]}
+    return sum(_file_id(path) in trained for path in paths[1])
 
   return sources.Source(class_names=classes, split=split, overlap=overlap,
                         identity=functools.partial(identity, root, classes),
                         describe=functools.partial(_describe, root))
+
+
+def _file_id(path: str) -> Tuple[int, int]:
+  """The file `path` names, symlinks followed: (device, inode)."""
+  stat = os.stat(path)
+  return stat.st_dev, stat.st_ino
 
 
 def identity(root: str, classes: Tuple[str, ...]) -> Dict[str, Any]:
