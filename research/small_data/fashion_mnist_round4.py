@@ -39,7 +39,8 @@ of train (their test accuracies read once), and the chosen ViT-family recipe dis
 ResNet-18 of its seed at the 1% arm's kind: DeiT's student against its teacher at 100%.
 
 `:runlocal` shrinks it to five smoke runs at 5% on 8 images per class (a teacher, the hybrid
-candidate's probe and one sweep run, the fair ResNet's probe and one sweep run).
+candidate's probe and one sweep run, the fair ResNet's probe and one sweep run), without the
+few-shot measurements (round 3's smoke runs them).
 """
 
 import dataclasses
@@ -311,7 +312,9 @@ def get_grid(arg: str = '') -> grid_lib.Grid:
     return grid_lib.Grid(runs=grid_runs(opts, runlocal, records), tables=TABLES,
                          claims=() if runlocal else CLAIMS, folders='{out}/data',
                          folder_limit=8 * runlocal, resolve=make,
-                         fewshot=round3.FEWSHOT_LOCAL if runlocal else round3.FEWSHOT)
+                         # The smoke leaves few-shot out: round 3's smoke runs the same
+                         # runner path, and each measurement is a process of its own.
+                         fewshot=None if runlocal else round3.FEWSHOT)
 
   return make({})
 
