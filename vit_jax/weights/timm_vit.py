@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from vit_jax import families
 from vit_jax import presets
 from vit_jax.weights import npz_format
 from vit_jax.weights import timm_architectures
@@ -175,7 +176,8 @@ def is_vit(state_dict: Mapping[str, Any], timm_config: Optional[dict]) -> bool:
   name = str((timm_config or {}).get('architecture', ''))
   entry = timm_architectures.ARCHITECTURES.get(name)
   if entry is not None:  # timm's definition says; its parts are checked on conversion.
-    return entry['family'] == 'vit' and 'patch_embed.proj.weight' in state_dict
+    return (families.FAMILIES[entry['family']].timm_vit
+            and 'patch_embed.proj.weight' in state_dict)
   if name and not name.startswith(('vit_', 'deit_', 'deit3_', 'vit-')):
     return False
   if name.startswith(('vit_base_r', 'vit_large_r', 'vit_small_r', 'vit_tiny_r')):
