@@ -20,6 +20,7 @@ from absl import logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from vit_jax import config_lib
+from vit_jax.training import supervisor
 
 DATA_AXIS = 'data'
 # Arrays below this stay replicated under 'fsdp': 1-D biases and norms (<= 20 KiB even in ViT-H)
@@ -27,7 +28,7 @@ DATA_AXIS = 'data'
 FSDP_MIN_BYTES = 64 * 1024
 # A process lost from a multi-process run (killed, crashed, its host gone) ends the others with
 # this code (sysexits' EX_TEMPFAIL: rerun the same command, the run resumes from a checkpoint).
-EXIT_PEER_LOST = 75
+EXIT_PEER_LOST = supervisor.EXIT_PEER_LOST  # One code, whichever process says it.
 # Another process stopped with an error (its line is printed): this one stops too, as a failed run.
 EXIT_PEER_FAILED = 1
 # JAX's own coordination service aborts every process (SIGABRT and a thread dump) at the earliest

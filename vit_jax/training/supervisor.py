@@ -26,7 +26,8 @@ from typing import Callable, Optional, Tuple
 
 # Set in the child: it does not fork again.
 CHILD_ENV = 'VIT_JAX_SUPERVISED_CHILD'
-EXIT_PEER_LOST = 75  # As `parallel.EXIT_PEER_LOST` (this module imports nothing of JAX).
+# sysexits' EX_TEMPFAIL: rerun the same command (here, not in `parallel`: no JAX import).
+EXIT_PEER_LOST = 75
 _PR_SET_PDEATHSIG = 1
 # The first line of an abort's report: a glog FATAL line ("F1129 16:35:12.744135 ..."), absl's
 # check failure, or Python's faulthandler.
