@@ -135,3 +135,18 @@ def test_no_family_name_is_compared_outside_its_own_files():
              for name in families.FAMILIES):
         found.append(f'{path.relative_to(PACKAGE.parent)}:{n}: {line.strip()}')
   assert not found, 'ask the family record instead:\n' + '\n'.join(found)
+
+
+@pytest.mark.parametrize('preset,family', [('R50+ViT-B_16', 'vit'), ('ViT-B_16', 'hybrid')])
+def test_a_family_that_contradicts_the_resnet_root_is_one_line(preset, family):
+  """The model builds a ResNet root iff `resnet` is set; the token geometry reads `family`. A
+  config where they disagree (a hybrid declared 'vit') would train with one grid and count
+  another: refused where every path asks for the family."""
+  model = presets.MODEL_CONFIGS[preset].copy_and_resolve_references()
+  model.unlock().family = family
+  with pytest.raises(ValueError, match=f"declares family='{family}' but .* set family='"):
+    presets.family_of(model)
+  config = config_lib.finetune_config(preset, 'cifar10')
+  config.model.family = family
+  with pytest.raises(ValueError, match='so the model and its token geometry agree'):
+    presets.record_of(config.model)

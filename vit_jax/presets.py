@@ -53,10 +53,23 @@ def family_of(model_config: Any) -> str:
     ValueError: a config without a (known) `family`: one line saying what to add.
   """
   family = model_config.get('family')
+  name = model_config.get('model_name') or 'the model config'
   if family not in FAMILIES:
-    name = model_config.get('model_name') or 'the model config'
     raise ValueError(f'{name} declares family={family!r}; set its `family` field to one of '
                      f'{", ".join(FAMILIES)} (presets.vit/.../small_vit set it).')
+  # The model builds a ResNet root iff `resnet` is set; the geometry, FLOPs and file readers
+  # go by the family. One truth: the two must agree.
+  has_root = model_config.get('resnet') is not None
+  record = FAMILIES[family]
+  if record.resnet_root != has_root:
+    # The family of the same module that agrees with the config (ViT <-> hybrid).
+    fits = [f for f, r in FAMILIES.items()
+            if r.module == record.module and r.resnet_root == has_root]
+    what = f'sets resnet={dict(model_config["resnet"].items())} (a ResNet root)' if has_root else (
+        'has no ResNet root (resnet=None)')
+    fix = ' or '.join([f'family={f!r}' for f in fits] + ['resnet=None'] * has_root)
+    raise ValueError(f'{name} declares family={family!r} but {what}: set {fix or "resnet"} so '
+                     'the model and its token geometry agree.')
   return family
 
 
