@@ -121,7 +121,7 @@ def timm_swin_state_dict(model_config: Any, num_classes: int, image_size: int,
                          seed: int = 0) -> Dict[str, np.ndarray]:
   """Random weights of a Swin with timm 1.0's names and (out, in) Linear shapes.
 
-  Spelled out from timm's `swin_transformer.py`, not from `weights.swin_timm`: patch embedding
+  Spelled out from timm's `swin_transformer.py`, not from `families/swin/timm.py`: patch embedding
   conv (C, 3, p, p) + norm; per stage `layers.i.downsample` (stages > 0: norm 4C, reduction
   (2C, 4C) without bias) and blocks (norm1, attn.qkv (3C, C), attn.proj, the bias table of the
   clamped window, norm2, mlp.fc1/fc2); `norm`; `head.fc`.

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from vit_jax.tools import cli
+from vit_jax.families.resnet import flops as resnet_counter
 from vit_jax.tools import flops
 from vit_jax import models
 
@@ -33,7 +34,7 @@ def test_reference_numbers(name, gflops):
 
 def test_hybrid_resnet_geometry():
   # R50 (3, 4, 9) at 224: 14x14x1024 features, then 1x1 "patches" → the same 197 tokens as B/16.
-  resnet_flops, hw, channels = flops.resnet_flops(
+  resnet_flops, hw, channels = resnet_counter.resnet_flops(
       models.get_config('R50+ViT-B_16').resnet, (224, 224))
   assert (hw, channels) == ((14, 14), 1024)
   assert 7.5e9 < resnet_flops < 8.2e9  # ~ ResNet-50's first three stages (4.1 GMAC in all).

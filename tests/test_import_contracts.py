@@ -20,6 +20,9 @@ PLANTED = {  # contract id: (file, the import planted at its end)
     'models-without-tf': ('vit_jax/ops.py', 'import tensorflow'),
     'no-test-extras': ('vit_jax/weights/timm_files.py', 'import torch'),
     'tools-independent': ('vit_jax/tools/analyze.py', 'from vit_jax.tools import predict'),
+    'family-folder': ('vit_jax/families/swin/timm.py', 'from vit_jax.families.swin import shapes'),
+    'family-models': ('vit_jax/families/mixer/model.py', 'from vit_jax.weights import store'),
+    'family-readers': ('vit_jax/families/vit/flops.py', 'from vit_jax.training import optim'),
 }
 
 
@@ -66,6 +69,15 @@ def test_a_planted_import_breaks_its_contract(tree, contract):
   result = lint_with_planted(tree, path, line, contract)
   assert result.returncode == 1, result.stdout[-2000:]
   assert 'BROKEN' in result.stdout and line.split()[-1] in result.stdout
+
+
+def test_a_family_record_that_imports_jax_breaks_the_jax_free_contract(tree):
+  """The records are data that presets and configs read: the contract covers every family's
+  `__init__.py` (a wildcard, so a new folder is covered without naming it)."""
+  result = lint_with_planted(tree, 'vit_jax/families/hybrid/__init__.py', 'import flax',
+                             'jax-free-configs')
+  assert result.returncode == 1 and 'vit_jax.families.hybrid' in result.stdout, (
+      result.stdout[-2000:])
 
 
 def test_the_weights_package_cannot_import_the_official_checkpoint_api(tree):

@@ -26,7 +26,7 @@ from vit_jax import models
 from vit_jax import models_swin
 from vit_jax.training import parallel
 from vit_jax.tools import predict
-from vit_jax.weights import swin_timm
+from vit_jax.families.swin import timm as swin_timm
 from vit_jax.weights import timm_format
 from vit_jax import train
 from vit_jax.weights import surgery

@@ -30,7 +30,7 @@ from vit_jax.weights import loading
 from vit_jax.weights import timm_architectures
 from vit_jax.weights import timm_export
 from vit_jax.weights import timm_declared
-from vit_jax.weights import timm_vit
+from vit_jax.families.vit import timm as timm_vit
 from vit_jax.weights.npz_format import CheckpointError
 
 torch = pytest.importorskip('torch')

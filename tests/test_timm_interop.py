@@ -78,7 +78,7 @@ def timm_model_args(arch: architecture.Architecture) -> Tuple[str, Dict[str, Any
   if arch.image_size:
     kwargs['img_size'] = arch.image_size
   problem = ('Mixer' if presets.family_of(config) == 'mixer' else
-             'Swin (timm reads its own .safetensors, see vit_jax/weights/swin_timm.py)'
+             'Swin (timm reads its own .safetensors, see vit_jax/families/swin/timm.py)'
              if presets.family_of(config) == 'swin' else
              'pre_logits' if config.representation_size is not None else
              f'posemb {config.posemb}' if config.posemb != 'learn' else

@@ -9,10 +9,10 @@ from typing import Any
 import jax.numpy as jnp
 
 from vit_jax import families
-from vit_jax.models_mixer import MlpMixer
-from vit_jax.models_resnet import ResNet
-from vit_jax.models_swin import SwinTransformer
-from vit_jax.models_vit import VisionTransformer
+from vit_jax.families.mixer.model import MlpMixer
+from vit_jax.families.resnet.model import ResNet
+from vit_jax.families.swin.model import SwinTransformer
+from vit_jax.families.vit.model import VisionTransformer
 from vit_jax.presets import AUGREG_CONFIGS, MODEL_CONFIGS, family_of, get_config, token_grid
 
 __all__ = ['MODEL_CONFIGS', 'AUGREG_CONFIGS', 'VisionTransformer', 'MlpMixer', 'ResNet',

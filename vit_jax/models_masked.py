@@ -21,7 +21,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from vit_jax import models_transformer
-from vit_jax import models_vit
+from vit_jax.families.vit import model as models_vit
 from vit_jax import position_embeddings
 
 Array = jnp.ndarray

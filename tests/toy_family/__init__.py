@@ -15,7 +15,7 @@ import ml_collections
 from vit_jax import families
 from vit_jax import presets
 from vit_jax.weights import shape_readers
-from vit_jax.tools import flops
+from vit_jax.families.flops import FlopsCounter
 
 
 class ToyNet(nn.Module):
@@ -61,7 +61,7 @@ def _doubled(config: Any, change: str) -> None:
     config.width *= 2
 
 
-FLOPS = flops.FlopsCounter(_count, _doubled, lambda c, side: (side // c.patches.size[0])**2)
+FLOPS = FlopsCounter(_count, _doubled, lambda c, side: (side // c.patches.size[0])**2)
 
 
 def _shrink(model: ml_collections.ConfigDict) -> None:

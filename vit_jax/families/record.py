@@ -26,10 +26,11 @@ class Family:
     input_multiple: model config → what the input side must be a multiple of (its patch size;
       1 where SAME padding takes any size).
     shrink: makes a model config the `runlocal` size (one block, width 16) in place.
-    module: 'package.module.Class' of its Flax module, resolved by `models.get_model`.
+    module: 'vit_jax.families.<name>.model.Class' of its Flax module, resolved by
+      `models.get_model`.
     shape_reader: 'package.module.NAME' of its `shape_readers.ShapeReader`, resolved by
       `weights.architecture` (the reader of its files' shapes).
-    flops: 'package.module.NAME' of its `tools.flops.FlopsCounter`, or None when only XLA
+    flops: 'package.module.NAME' of its `families.flops.FlopsCounter`, or None when only XLA
       counts it (`flops --xla`).
     resnet_root: whether its model has the official ResNet root before the patch embedding
       (a config's `resnet` field: what FLOPs, shape comparison and custom names count).

@@ -29,7 +29,7 @@ import numpy as np
 from absl import flags
 
 from vit_jax import models_transformer
-from vit_jax import models_vit
+from vit_jax.families.vit import model as models_vit
 from vit_jax.data import image_ops
 from vit_jax.tools import cli
 from vit_jax.weights import loading

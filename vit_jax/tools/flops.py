@@ -25,10 +25,9 @@ ResNet models are refused in one line (XLA's count: the `--xla` number of anothe
 analytic).
 """
 
-import dataclasses
 import math
 import sys
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from absl import flags
 
@@ -36,8 +35,8 @@ import ml_collections
 
 from vit_jax.tools import cli
 from vit_jax import families
+from vit_jax.families.flops import FlopsCounter
 from vit_jax import models
-from vit_jax import position_embeddings
 from vit_jax import presets
 from vit_jax.weights import loading
 
@@ -61,39 +60,6 @@ FLAG_HELP = {'model': 'Model preset (ViT, hybrid or Swin); with --checkpoint, a 
                            'published name, a timm hub folder) at its own resolution and '
                            'number of classes; --image and --num_classes override them.',
              'image_size': 'Same as --image.'}
-
-
-def conv_flops(out_hw: Tuple[int, int], kernel: Tuple[int, int], cin: int, cout: int) -> int:
-  return 2 * out_hw[0] * out_hw[1] * kernel[0] * kernel[1] * cin * cout
-
-
-def _strided(hw: Tuple[int, int], stride: int) -> Tuple[int, int]:
-  """Output size of a SAME-padded stride-`stride` conv or pool."""
-  return math.ceil(hw[0] / stride), math.ceil(hw[1] / stride)
-
-
-def resnet_flops(resnet: Any, image_hw: Tuple[int, int]) -> Tuple[int, Tuple[int, int], int]:
-  """FLOPs of a hybrid's ResNet-v2 root and bottleneck stages (see `models_resnet`).
-
-  Returns:
-    (flops, output (h, w), output channels).
-  """
-  width = int(64 * resnet['width_factor'])
-  hw = _strided(image_hw, 2)
-  flops = conv_flops(hw, (7, 7), 3, width)  # conv_root, stride 2.
-  hw, channels = _strided(hw, 2), width  # 3x3/2 max-pool: no MACs.
-  for stage, units in enumerate(resnet['num_layers']):
-    features = width * 2**stage
-    for unit in range(units):
-      stride = 2 if stage > 0 and unit == 0 else 1
-      out_hw = _strided(hw, stride)
-      flops += conv_flops(hw, (1, 1), channels, features)  # conv1
-      flops += conv_flops(out_hw, (3, 3), features, features)  # conv2 (strided)
-      flops += conv_flops(out_hw, (1, 1), features, 4 * features)  # conv3
-      if channels != 4 * features or stride != 1:
-        flops += conv_flops(out_hw, (1, 1), channels, 4 * features)  # conv_proj
-      hw, channels = out_hw, 4 * features
-  return flops, hw, channels
 
 
 def count_flops(model_config: Any, image_size: int, num_classes: int = 1000) -> Dict[str, int]:
@@ -120,109 +86,6 @@ def counter_of(model_config: Any) -> 'FlopsCounter':
     raise ValueError(f'flops counts {counted} models; {model_config.get("model_name")} is a '
                      f'{family.title} model, which it does not count.')
   return families.resolve(family.flops)
-
-
-def vit_flops(model_config: Any, image_size: int, num_classes: int = 1000) -> Dict[str, int]:
-  """`count_flops` of a ViT or a hybrid (`models_vit`; a hybrid's ResNet root as 'resnet')."""
-  hw, channels, out = (image_size, image_size), 3, {}
-  if presets.record_of(model_config).resnet_root:
-    out['resnet'], hw, channels = resnet_flops(model_config['resnet'], hw)
-  ph, pw = model_config['patches']['size']
-  grid = (hw[0] // ph, hw[1] // pw)
-  d = model_config['hidden_size']
-  t = model_config['transformer']
-  layers, mlp = t['num_layers'], t['mlp_dim']
-  classifier = model_config['classifier']
-  n = grid[0] * grid[1] + presets.num_prefix_tokens(model_config)
-  out['patch_embedding'] = conv_flops(grid, (ph, pw), channels, d)
-  out['qkv_out_projections'] = layers * 4 * 2 * n * d * d
-  out['attention'] = layers * 2 * (2 * n * n * d)  # Scores q·k, then weights · v.
-  if model_config.get('posemb') == 'relative':  # Queries · one key per offset, every block.
-    offsets = (2 * grid[0] - 1) * (2 * grid[1] - 1)
-    if n > grid[0] * grid[1]:
-      offsets += position_embeddings.RELATIVE_PREFIX_ROWS
-    out['relative_position'] = layers * 2 * n * offsets * d
-  out['mlp'] = layers * 2 * (2 * n * d * mlp)
-  pooled = n if classifier in ('unpooled', 'token_unpooled') else 1
-  rep = model_config.get('representation_size')
-  out['head'] = pooled * 2 * ((d * rep if rep else 0) + (rep or d) * (num_classes or 0))
-  out['total'] = sum(out.values())
-  return out
-
-
-def swin_flops(model_config: Any, image_size: int, num_classes: int = 1000) -> Dict[str, int]:
-  """`count_flops` of a Swin (`models_swin`): the same parts plus 'patch_merging'.
-
-  Per block at an (h, w) map with window (Mh, Mw) after clamping: q, k, v and out projections
-  and attention run on the map padded to whole windows (hp × wp tokens), attention is
-  2 × (2 × tokens × Mh·Mw × C), the MLP runs on the h × w tokens.
-  """
-  from vit_jax import models_swin  # Only its pure window rule; no parameters are built.
-  ph, pw = model_config['patches']['size']
-  hw = (image_size // ph, image_size // pw)
-  c = model_config['embed_dim']
-  out = dict.fromkeys(('patch_embedding', 'patch_merging', 'qkv_out_projections', 'attention',
-                       'mlp'), 0)
-  out['patch_embedding'] = conv_flops(hw, (ph, pw), 3, c)
-  for stage, depth in enumerate(model_config['depths']):
-    if stage:  # 2x2 neighbours (odd sides padded) → 4C → 2C.
-      hw = (math.ceil(hw[0] / 2), math.ceil(hw[1] / 2))
-      out['patch_merging'] += 2 * hw[0] * hw[1] * 4 * c * 2 * c
-      c *= 2
-    window, _ = models_swin.window_and_shift(hw, model_config['window_size'], 0)
-    padded = math.ceil(hw[0] / window[0]) * window[0] * math.ceil(hw[1] / window[1]) * window[1]
-    mlp = int(c * model_config['mlp_ratio'])
-    out['qkv_out_projections'] += depth * 4 * 2 * padded * c * c
-    out['attention'] += depth * 2 * (2 * padded * window[0] * window[1] * c)
-    out['mlp'] += depth * 2 * (2 * hw[0] * hw[1] * c * mlp)
-  out['head'] = 2 * c * (num_classes or 0)
-  out['total'] = sum(out.values())
-  return out
-
-
-def _vit_doubled(config: Any, change: str) -> None:
-  if change == 'hidden size':
-    config.hidden_size *= 2
-    config.transformer.mlp_dim *= 2  # Keep the MLP ratio (4× in every preset).
-  elif change == 'depth':
-    config.transformer.num_layers *= 2
-
-
-def _swin_doubled(config: Any, change: str) -> None:
-  if change == 'hidden size':
-    config.embed_dim *= 2
-  elif change == 'depth':
-    config.depths = tuple(2 * d for d in config.depths)
-
-
-def _patch_tokens(config: Any, side: int) -> int:
-  """Tokens of a Swin's first stage (its attention runs there, in windows)."""
-  return (side // config.patches.size[0]) * (side // config.patches.size[1])
-
-
-def _vit_tokens(config: Any, side: int) -> int:
-  rows, cols = models.token_grid(config, (side, side))
-  return rows * cols
-
-
-@dataclasses.dataclass(frozen=True)
-class FlopsCounter:
-  """How `flops` counts one family (a family's record names its counter).
-
-  Attributes:
-    count: (model config, image side, classes) → FLOPs by part (keys from `PARTS`; a family
-      without attention has no 'attention': its doubling table shows 0 and nan) + 'total'.
-    doubled: (unlocked model config copy, 'hidden size' or 'depth') → doubles it in place.
-    tokens: (model config, image side) → the tokens the `--sizes` table shows.
-  """
-
-  count: Callable[[Any, int, int], Dict[str, int]]
-  doubled: Callable[[Any, str], None]
-  tokens: Callable[[Any, int], int]
-
-
-VIT_FLOPS = FlopsCounter(vit_flops, _vit_doubled, _vit_tokens)
-SWIN_FLOPS = FlopsCounter(swin_flops, _swin_doubled, _patch_tokens)
 
 
 def _variant(model_config: Any, change: str) -> Tuple[Any, int]:

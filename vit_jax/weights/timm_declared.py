@@ -4,7 +4,7 @@
 epsilon, pooling, prefix tokens) from the table generated from timm
 (`timm_architectures.ARCHITECTURES`) with the config's `model_args` over it; never from the
 architecture's name. `check_declared` refuses, in one line, a declared model this package
-cannot run or one its weights contradict. `timm_vit.convert_vit` calls both.
+cannot run or one its weights contradict. `families.vit.timm.convert_vit` calls both.
 """
 
 from typing import Any, Dict, List, Mapping, Optional, Tuple

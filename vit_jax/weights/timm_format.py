@@ -6,7 +6,8 @@
 Families register a converter in `CONVERTERS`: a `Converter(name, detect, convert)` whose
 `detect(state_dict, timm_config) -> bool` claims a state dict and whose `convert(state_dict,
 timm_config) -> Converted` builds the tree; adding a family is one more entry. Files are found
-and read by `timm_files`; the ViT names live in `timm_vit`; `timm_export` writes hub folders.
+and read by `timm_files`; the ViT names live in `families/vit/timm.py`; `timm_export` writes
+hub folders.
 """
 
 import dataclasses
@@ -14,9 +15,9 @@ import re
 from typing import Any, List, Mapping, Optional, Tuple
 
 from vit_jax.weights import architecture
-from vit_jax.weights import swin_timm
+from vit_jax.families.swin import timm as swin_timm
 from vit_jax.weights import timm_files
-from vit_jax.weights import timm_vit
+from vit_jax.families.vit import timm as timm_vit
 from vit_jax.weights.npz_format import CheckpointError
 from vit_jax.weights.timm_files import Converted, Converter, StateDict, TimmFormatError
 

@@ -1,4 +1,5 @@
-"""The MLP-Mixer's record: patch-grid geometry and runlocal size; no FLOPs counter (XLA's)."""
+"""The MLP-Mixer family: its record here (patch-grid geometry, runlocal size; no FLOPs counter:
+XLA's), `model.py` (`MlpMixer`) and `shapes.py` (`READER`) beside it."""
 
 import ml_collections
 
@@ -13,5 +14,5 @@ FAMILY = Family('mixer', 'Mixer', {}, False,
                 token_stride=patch_size, token_grid=patch_grid,
                 finetune_resolution=rounded_up(patch_size), input_multiple=patch_size,
                 shrink=shrink,
-                module='vit_jax.models_mixer.MlpMixer',
-                shape_reader='vit_jax.weights.shape_readers.MIXER_READER', flops=None)
+                module='vit_jax.families.mixer.model.MlpMixer',
+                shape_reader='vit_jax.families.mixer.shapes.READER', flops=None)

@@ -1,7 +1,7 @@
-"""The ViT family's record: its extra fields, patch-grid geometry and runlocal size.
-
-Its module is `models_vit.VisionTransformer`, its reader `weights.shape_readers.VIT_READER`,
-its FLOPs counter `tools.flops.VIT_FLOPS`, its presets `presets.vit`.
+"""The ViT family: its record here (extra fields, patch-grid geometry, runlocal size; no jax),
+and beside it in this folder `model.py` (`VisionTransformer`, officially `models_vit`),
+`shapes.py` (`READER`: a file described from its shapes), `timm.py` (timm's ViT names both
+ways) and `flops.py` (`COUNTER`). Its presets are built by `presets.vit`.
 """
 
 import ml_collections
@@ -41,7 +41,7 @@ FAMILY = Family('vit', 'ViT', EXTRAS, True,
                 token_stride=patch_size, token_grid=patch_grid,
                 finetune_resolution=rounded_up(patch_size), input_multiple=patch_size,
                 shrink=shrink,
-                module='vit_jax.models_vit.VisionTransformer',
-                shape_reader='vit_jax.weights.shape_readers.VIT_READER',
-                flops='vit_jax.tools.flops.VIT_FLOPS', augreg=True, masked_pretraining=True,
+                module='vit_jax.families.vit.model.VisionTransformer',
+                shape_reader='vit_jax.families.vit.shapes.READER',
+                flops='vit_jax.families.vit.flops.COUNTER', augreg=True, masked_pretraining=True,
                 timm_vit=True)

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from vit_jax import models_swin
+from vit_jax.families.swin import model as models_swin
 from vit_jax import presets
 from vit_jax.weights import timm_architectures
 

@@ -1,7 +1,7 @@
-"""The Swin Transformer's record: its extras, the merged-patch geometry and runlocal size.
-
-Its module is `models_swin.SwinTransformer`, its reader `weights.shape_readers.SWIN_READER`
-(whose `fit` hook resizes its relative-position tables), its counter `tools.flops.SWIN_FLOPS`.
+"""The Swin Transformer family: its record here (extras, merged-patch geometry, runlocal size;
+no jax), and beside it `model.py` (`SwinTransformer`), `shapes.py` (`READER`, whose `fit` hook
+resizes the relative-position tables), `timm.py` (timm's Swin weights and those tables) and
+`flops.py` (`COUNTER`).
 """
 
 from typing import Any, Sequence, Tuple
@@ -38,6 +38,6 @@ def shrink(model: ml_collections.ConfigDict) -> None:
 FAMILY = Family('swin', 'Swin', EXTRAS, False, token_stride=_stride, token_grid=_grid,
                 finetune_resolution=lambda c, target: c['window_size'] * _stride(c),
                 input_multiple=patch_size, shrink=shrink,
-                module='vit_jax.models_swin.SwinTransformer',
-                shape_reader='vit_jax.weights.shape_readers.SWIN_READER',
-                flops='vit_jax.tools.flops.SWIN_FLOPS')
+                module='vit_jax.families.swin.model.SwinTransformer',
+                shape_reader='vit_jax.families.swin.shapes.READER',
+                flops='vit_jax.families.swin.flops.COUNTER')

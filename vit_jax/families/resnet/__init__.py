@@ -1,4 +1,6 @@
-"""The ResNet classifier's record: SAME-padded strides (any input size) and runlocal size."""
+"""The ResNet family: its record here (SAME-padded strides, so any input size; runlocal size),
+`model.py` (`ResNet`, and the official root a hybrid builds on), `shapes.py` (`READER`, and
+`root_fields` for a hybrid's root) and `flops.py` (the root's count, for the hybrid's counter)."""
 
 import math
 from typing import Any, Sequence, Tuple
@@ -35,5 +37,5 @@ FAMILY = Family('resnet', 'ResNet', EXTRAS, False,
                 token_stride=lambda c: math.prod(_strides(c)), token_grid=_grid,
                 finetune_resolution=lambda c, target: target, input_multiple=lambda c: 1,
                 shrink=shrink,
-                module='vit_jax.models_resnet.ResNet',
-                shape_reader='vit_jax.weights.shape_readers.RESNET_READER', flops=None)
+                module='vit_jax.families.resnet.model.ResNet',
+                shape_reader='vit_jax.families.resnet.shapes.READER', flops=None)

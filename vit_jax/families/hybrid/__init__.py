@@ -1,7 +1,8 @@
 """The ResNet+ViT hybrid's record: a ViT whose patches are cut from the official ResNet root.
 
-It shares the ViT's module, extras, reader and counter (`families.vit`); what differs is its
-geometry (the root's strides before the patch grid) and its runlocal root.
+It shares the ViT's module, extras, reader and counter (`families/vit/`; the root is
+`families/resnet/`'s); what differs is its geometry (the root's strides before the patch grid)
+and its runlocal root.
 """
 
 from typing import Any, Sequence, Tuple
@@ -36,7 +37,7 @@ def shrink(model: ml_collections.ConfigDict) -> None:
 FAMILY = Family('hybrid', 'ResNet+ViT hybrid', vit.EXTRAS, True,
                 token_stride=_stride, token_grid=_grid, finetune_resolution=rounded_up(_stride),
                 input_multiple=lambda c: 1, shrink=shrink,
-                module='vit_jax.models_vit.VisionTransformer',
-                shape_reader='vit_jax.weights.shape_readers.VIT_READER',
-                flops='vit_jax.tools.flops.VIT_FLOPS', resnet_root=True, augreg=True,
+                module='vit_jax.families.vit.model.VisionTransformer',
+                shape_reader='vit_jax.families.vit.shapes.READER',
+                flops='vit_jax.families.vit.flops.COUNTER', resnet_root=True, augreg=True,
                 timm_vit=True)
