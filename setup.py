@@ -56,7 +56,7 @@ setuptools.setup(
     license='Apache-2.0',
     license_files=['LICENSE'],  # SPDX expression (PEP 639); setuptools deprecates license classifiers.
     packages=setuptools.find_packages(include=['vit_jax', 'vit_jax.*']),
-    package_data={'vit_jax': ['labels/*.txt', 'weights/timm_architectures.json']},
+    package_data={'vit_jax': ['labels/*.txt', 'weights/timm/architectures.json']},
     python_requires='>=3.10',
     install_requires=INSTALL_REQUIRES,
     extras_require={'test': TESTS_REQUIRE},

@@ -32,7 +32,7 @@ import safetensors.numpy
 from vit_jax import config_lib
 from vit_jax import models
 from vit_jax import train
-from vit_jax.weights import timm_export
+from vit_jax.weights.timm import export as timm_export
 
 PACKAGE = os.path.dirname(os.path.abspath(models.__file__))
 # Layer of each vit_jax module (lowest 0), as .importlinter orders them (the commands: 15).

@@ -1,4 +1,4 @@
-"""Writes vit_jax/weights/timm_architectures.json: timm's ViT-family architectures, as data.
+"""Writes vit_jax/weights/timm/architectures.json: timm's ViT-family architectures, as data.
 
     python benchmarks/gen_timm_architectures.py
 
@@ -23,8 +23,8 @@ from absl import app
 from absl import flags
 
 MODULES = ('vision_transformer', 'deit', 'swin_transformer')
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'vit_jax', 'weights',
-                   'timm_architectures.json')
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'vit_jax', 'weights', 'timm',
+                   'architectures.json')
 COMMAND = 'python benchmarks/gen_timm_architectures.py'
 
 

@@ -37,7 +37,7 @@ from vit_jax import checkpoint
 from vit_jax import config_lib
 from vit_jax import models
 from vit_jax.data import folder_source
-from vit_jax.weights import timm_export
+from vit_jax.weights.timm import export as timm_export
 from vit_jax.weights import store
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -18,7 +18,7 @@ PLANTED = {  # contract id: (file, the import planted at its end)
     'research-outside': ('vit_jax/tools/flops.py', 'from research.small_data import grid'),
     'jax-free-configs': ('vit_jax/presets.py', 'import jax'),
     'models-without-tf': ('vit_jax/ops.py', 'import tensorflow'),
-    'no-test-extras': ('vit_jax/weights/timm_files.py', 'import torch'),
+    'no-test-extras': ('vit_jax/weights/timm/files.py', 'import torch'),
     'tools-independent': ('vit_jax/tools/analyze.py', 'from vit_jax.tools import predict'),
     'family-folder': ('vit_jax/families/swin/timm.py', 'from vit_jax.families.swin import shapes'),
     'family-models': ('vit_jax/families/mixer/model.py', 'from vit_jax.weights import store'),

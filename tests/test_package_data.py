@@ -37,6 +37,6 @@ def data_files():
 def test_every_data_file_is_declared():
   patterns = declared_package_data()['vit_jax']
   files = data_files()
-  assert 'weights/timm_architectures.json' in files and 'labels/imagenet1k.txt' in files
+  assert 'weights/timm/architectures.json' in files and 'labels/imagenet1k.txt' in files
   missing = [f for f in files if not any(fnmatch.fnmatch(f, p) for p in patterns)]
   assert not missing, f'add to setup.py package_data: {missing}'

@@ -171,7 +171,7 @@ def test_flops_count_the_relative_logits_as_xla_does():
 
 
 def test_timm_export_refuses_in_one_line():
-  from vit_jax.weights import timm_export
+  from vit_jax.weights.timm import export as timm_export
   with pytest.raises(timm_export.TimmFormatError, match=r"cannot represent .*posemb relative"):
     timm_export.timm_model_args(_config(), 3, 32)
 

@@ -12,8 +12,8 @@ from vit_jax import config_lib
 from vit_jax import models
 from vit_jax.weights import loading
 from vit_jax.weights import metadata as metadata_lib
-from vit_jax.weights import timm_export
-from vit_jax.weights import timm_files
+from vit_jax.weights.timm import export as timm_export
+from vit_jax.weights.timm import files as timm_files
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -110,4 +110,4 @@ def test_timm_file_or_npz_is_asked_once_per_opened_source(tmp_path, monkeypatch)
   askers = sorted(os.path.relpath(os.path.join(d, f), package)
                   for d, _, files in os.walk(package) for f in files if f.endswith('.py')
                   and 'is_timm_source(' in open(os.path.join(d, f), encoding='utf-8').read())
-  assert askers == ['weights/store.py', 'weights/timm_files.py']  # Its definition.
+  assert askers == ['weights/store.py', 'weights/timm/files.py']  # Its definition.

@@ -27,7 +27,7 @@ from vit_jax import models_swin
 from vit_jax.training import parallel
 from vit_jax.tools import predict
 from vit_jax.families.swin import timm as swin_timm
-from vit_jax.weights import timm_format
+from vit_jax.weights.timm import convert as timm_format
 from vit_jax import train
 from vit_jax.weights import surgery
 from vit_jax.weights import npz_format

@@ -1,6 +1,6 @@
 """timm's architecture table: equal to timm's own definitions; hub folders load by it.
 
-`vit_jax/weights/timm_architectures.json` (read by `timm_architectures`) holds every ViT, DeiT
+`vit_jax/weights/timm/architectures.json` (read by `timm_architectures`) holds every ViT, DeiT
 and Swin architecture of timm with published weights (170 in timm 1.0.31).
 `test_table_equals_timm` regenerates it in memory from timm and compares every entry;
 `test_file_is_what_the_generator_writes` pins the file's format both ways.
@@ -27,9 +27,9 @@ import pytest
 
 from vit_jax import models
 from vit_jax.weights import loading
-from vit_jax.weights import timm_architectures
-from vit_jax.weights import timm_export
-from vit_jax.weights import timm_declared
+from vit_jax.weights.timm import architectures as timm_architectures
+from vit_jax.weights.timm import export as timm_export
+from vit_jax.weights.timm import declared as timm_declared
 from vit_jax.families.vit import timm as timm_vit
 from vit_jax.weights.npz_format import CheckpointError
 
@@ -83,7 +83,7 @@ def test_table_equals_timm():
 
 def test_file_is_what_the_generator_writes():
   """The JSON file reads back to entries the generator writes byte for byte (tuples included)."""
-  path = os.path.join(os.path.dirname(timm_architectures.__file__), 'timm_architectures.json')
+  path = os.path.join(os.path.dirname(timm_architectures.__file__), 'architectures.json')
   with open(path, encoding='utf-8') as f:
     text = f.read()
   defaults = {'vit': timm_architectures.VIT_DEFAULTS, 'swin': timm_architectures.SWIN_DEFAULTS}

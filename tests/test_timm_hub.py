@@ -17,7 +17,7 @@ import pytest
 from vit_jax import checkpoint
 from vit_jax.tools import cli
 from vit_jax import models
-from vit_jax.weights import timm_export
+from vit_jax.weights.timm import export as timm_export
 from vit_jax.weights import metadata as metadata_lib
 from vit_jax.weights import loading
 from vit_jax.data import image_ops

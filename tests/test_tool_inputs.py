@@ -191,7 +191,7 @@ def test_predict_names_the_classes_of_an_exported_timm_folder(tmp_path, capsys):
 
 
 def test_timm_label_names_are_read_as_timm_writes_them(caplog):
-  from vit_jax.weights import timm_files
+  from vit_jax.weights.timm import files as timm_files
   read = timm_files.declared_label_names
   assert read({'label_names': ['a', 'b']}, 2) == ('a', 'b')
   assert read({'pretrained_cfg': {'label_names': {'1': 'b', '0': 'a'}}}, 2) == ('a', 'b')

@@ -5,7 +5,7 @@ The official module's API (`load`, `save`, `load_pretrained`), built from `vit_j
 `surgery` (heads, position embeddings, the tree check), `metadata` (what an export is),
 `architecture` (the model a file's shapes describe) and `loading` (a source opened once, then
 fitted to a model). timm-format checkpoints (a hub folder, a `.safetensors` file,
-`hf-hub:timm/<name>`) are read through `weights.timm_format` behind the same calls. This is the
+`hf-hub:timm/<name>`) are read through `weights.timm.convert` behind the same calls. This is the
 official API on top of `weights`: training's export and the tools may use it, nothing in
 `weights` does.
 """

@@ -18,8 +18,8 @@ from absl import flags
 
 from vit_jax import checkpoint
 from vit_jax.tools import cli
-from vit_jax.weights import timm_files
-from vit_jax.weights import timm_export
+from vit_jax.weights.timm import files as timm_files
+from vit_jax.weights.timm import export as timm_export
 from vit_jax.weights import loading
 
 

@@ -30,7 +30,7 @@ from vit_jax import config_lib
 from vit_jax import input_pipeline
 from vit_jax.weights import metadata as metadata_lib
 from vit_jax.weights import store
-from vit_jax.weights import timm_files
+from vit_jax.weights.timm import files as timm_files
 from vit_jax.weights.architecture import plain_config
 from vit_jax.data import image_ops
 from vit_jax.training import parallel

@@ -27,7 +27,7 @@ from vit_jax.weights import metadata as metadata_lib
 from vit_jax.weights import npz_format
 from vit_jax.weights import store
 from vit_jax.weights import surgery
-from vit_jax.weights import timm_format
+from vit_jax.weights.timm import convert as timm_format
 from vit_jax.weights.architecture import Architecture
 from vit_jax.weights.npz_format import CheckpointError, Params
 

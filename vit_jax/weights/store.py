@@ -21,7 +21,7 @@ from typing import Any, List, Optional
 from absl import logging
 
 from vit_jax import presets
-from vit_jax.weights import timm_files
+from vit_jax.weights.timm import files as timm_files
 from vit_jax.weights.npz_format import CheckpointError
 
 # What a run exports beside its metadata (train.py writes both into the run directory).

@@ -20,7 +20,7 @@ import numpy as np
 
 from vit_jax.families.swin import model as models_swin
 from vit_jax import presets
-from vit_jax.weights import timm_architectures
+from vit_jax.weights.timm import architectures as timm_architectures
 
 Params = Dict[str, Any]
 

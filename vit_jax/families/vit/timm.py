@@ -13,9 +13,9 @@ import numpy as np
 from vit_jax import families
 from vit_jax import presets
 from vit_jax.weights import npz_format
-from vit_jax.weights import timm_architectures
-from vit_jax.weights import timm_declared
-from vit_jax.weights.timm_files import Converted, StateDict, TimmFormatError, UnknownParameters
+from vit_jax.weights.timm import architectures as timm_architectures
+from vit_jax.weights.timm import declared as timm_declared
+from vit_jax.weights.timm.files import Converted, StateDict, TimmFormatError, UnknownParameters
 
 
 # timm name ↔ Flax path ↔ how the array changes. '{i}' is a block index. Kinds ending in a

@@ -1,4 +1,4 @@
-"""timm's ViT-family architectures with published weights, read from timm_architectures.json.
+"""timm's ViT-family architectures with published weights, read from architectures.json.
 
 The JSON file is generated from timm's own model definitions (do not edit it; regenerate with
 `python benchmarks/gen_timm_architectures.py`, which tests/test_timm_architectures.py checks
@@ -24,7 +24,7 @@ def _tuples(entry: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _read() -> Dict[str, Any]:
-  text = importlib.resources.files(__package__).joinpath('timm_architectures.json').read_text(
+  text = importlib.resources.files(__package__).joinpath('architectures.json').read_text(
       encoding='utf-8')
   return json.loads(text)
 

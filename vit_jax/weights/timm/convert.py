@@ -16,10 +16,10 @@ from typing import Any, List, Mapping, Optional, Tuple
 
 from vit_jax.weights import architecture
 from vit_jax.families.swin import timm as swin_timm
-from vit_jax.weights import timm_files
+from vit_jax.weights.timm import files as timm_files
 from vit_jax.families.vit import timm as timm_vit
 from vit_jax.weights.npz_format import CheckpointError
-from vit_jax.weights.timm_files import Converted, Converter, StateDict, TimmFormatError
+from vit_jax.weights.timm.files import Converted, Converter, StateDict, TimmFormatError
 
 
 def read_timm(path_or_name: str) -> Tuple[StateDict, Optional[dict]]:

@@ -11,9 +11,9 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from vit_jax import presets
 from vit_jax.weights import npz_format
-from vit_jax.weights import timm_architectures
+from vit_jax.weights.timm import architectures as timm_architectures
 from vit_jax.families.vit import timm as timm_vit
-from vit_jax.weights.timm_files import CONFIG_FILE, WEIGHTS_FILE, TimmFormatError
+from vit_jax.weights.timm.files import CONFIG_FILE, WEIGHTS_FILE, TimmFormatError
 
 
 def _timm_pool(classifier: str) -> Tuple[bool, str]:

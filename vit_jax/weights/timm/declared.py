@@ -9,8 +9,8 @@ cannot run or one its weights contradict. `families.vit.timm.convert_vit` calls 
 
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from vit_jax.weights import timm_architectures
-from vit_jax.weights.timm_files import TimmFormatError
+from vit_jax.weights.timm import architectures as timm_architectures
+from vit_jax.weights.timm.files import TimmFormatError
 
 _ACTIVATIONS = ('gelu', 'gelu_tanh', 'quick_gelu')
 # model_args that are table fields under the same name (timm's constructor keywords).
