@@ -72,19 +72,21 @@ def _stride(config: Any) -> int:
   return config['patches']['size'][0]
 
 
+PRESETS = (ml_collections.ConfigDict(dict(
+    model_name='Toy-S_4', family='toy', patches={'size': (4, 4)}, width=64)),)
+
 FAMILY = families.Family(
     'toy', 'Toy', {}, False, token_stride=_stride,
     token_grid=lambda c, hw: (hw[0] // _stride(c), hw[1] // _stride(c)),
     finetune_resolution=lambda c, target: -(-target // _stride(c)) * _stride(c),
     input_multiple=_stride, shrink=_shrink, module=f'{__name__}.ToyNet',
-    shape_reader=f'{__name__}.READER', flops=f'{__name__}.FLOPS')
-
-PRESETS = {'Toy-S_4': ml_collections.ConfigDict(dict(
-    model_name='Toy-S_4', family='toy', patches={'size': (4, 4)}, width=64)).lock()}
+    shape_reader=f'{__name__}.READER', flops=f'{__name__}.FLOPS', presets=PRESETS)
 
 
 def register(monkeypatch: Any) -> None:
-  """Adds the family and its presets for one test (the registry line of a real family)."""
+  """For one test, what a real family's registry line does: the record in `FAMILIES`, its
+  presets in `MODEL_CONFIGS` (registered there when `presets` is imported)."""
   monkeypatch.setitem(families.FAMILIES, FAMILY.name, FAMILY)
-  for name, config in PRESETS.items():
-    monkeypatch.setitem(presets.MODEL_CONFIGS, name, config)
+  for config in FAMILY.presets:
+    monkeypatch.setitem(presets.MODEL_CONFIGS, config.model_name,
+                        config.copy_and_resolve_references().lock())

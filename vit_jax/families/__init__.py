@@ -1,16 +1,17 @@
 """The model families: one folder each in this package, one line each in `FAMILIES`.
 
 A family's folder (`families/<name>/`) holds everything the package does differently for it.
-Its `__init__.py` is the record (`FAMILY`): preset defaults (`EXTRAS`), token geometry, the
-`runlocal` size, what it can do (`resnet_root`, `augreg`, `masked_pretraining`, `timm_vit`),
-and the dotted names of the pieces beside it: `model.py` (its Flax module), `shapes.py` (the
-reader that describes its files from their shapes), `flops.py` (its analytic FLOPs counter)
-and, where timm has the family, `timm.py` (timm's names both ways). The records and this
-registry import no jax and no other vit_jax module (configs read them), so a piece is named,
-not imported, here: the layer that uses it imports it by that name (`models.get_model`,
-`weights.architecture.architecture`, `tools.flops.count_flops`); `from
-vit_jax.families.swin.model import SwinTransformer` reaches it directly. `.importlinter` keeps a
-folder's pieces in their layers. docs/architecture.md, "Model families", shows the record.
+Its `__init__.py` is the record (`FAMILY`): its presets (`presets.py`) and their defaults
+(`EXTRAS`), token geometry, the `runlocal` size, what it can do (`resnet_root`, `augreg`,
+`masked_pretraining`, `timm_vit`), and the dotted names of the pieces beside it: `model.py`
+(its Flax module), `shapes.py` (the reader that describes its files from their shapes),
+`flops.py` (its analytic FLOPs counter) and, where timm has the family, `timm.py` (timm's names
+both ways). The records and this registry import no jax and no other vit_jax module (configs
+read them), so a piece is named, not imported, here: the layer that uses it imports it by
+that name (`models.get_model`, `weights.architecture.architecture`, `tools.flops.count_flops`);
+`from vit_jax.families.swin.model import SwinTransformer` reaches it directly.
+`.importlinter` keeps a folder's pieces in their layers. docs/architecture.md, "Model
+families", shows the record.
 """
 
 from typing import Dict

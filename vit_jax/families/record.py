@@ -39,6 +39,8 @@ class Family:
       into a plain encoder).
     timm_vit: whether timm's vision_transformer holds its models, so `export_timm` writes them
       (what that writer cannot represent, such as a ResNet root, it still refuses in one line).
+    presets: its named model configs (`presets.MODEL_CONFIGS` registers them), from its
+      folder's `presets.py`; each declares `family`.
   """
 
   name: str
@@ -57,6 +59,7 @@ class Family:
   augreg: bool = False
   masked_pretraining: bool = False
   timm_vit: bool = False
+  presets: Tuple[ml_collections.ConfigDict, ...] = ()
 
 
 def resolve(dotted: str) -> Any:

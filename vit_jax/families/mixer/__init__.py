@@ -3,6 +3,7 @@ XLA's), `model.py` (`MlpMixer`) and `shapes.py` (`READER`) beside it."""
 
 import ml_collections
 
+from vit_jax.families.mixer.presets import PRESETS
 from vit_jax.families.record import Family, patch_grid, patch_size, rounded_up
 
 
@@ -15,4 +16,5 @@ FAMILY = Family('mixer', 'Mixer', {}, False,
                 finetune_resolution=rounded_up(patch_size), input_multiple=patch_size,
                 shrink=shrink,
                 module='vit_jax.families.mixer.model.MlpMixer',
-                shape_reader='vit_jax.families.mixer.shapes.READER', flops=None)
+                shape_reader='vit_jax.families.mixer.shapes.READER', flops=None,
+                presets=PRESETS)

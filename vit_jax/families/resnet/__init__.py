@@ -7,6 +7,7 @@ from typing import Any, Sequence, Tuple
 
 import ml_collections
 
+from vit_jax.families.resnet.presets import PRESETS
 from vit_jax.families.record import Family, ceil_div
 
 # Fields beyond the preset's (a ResNet has no dropout, attention or position embeddings).
@@ -38,4 +39,5 @@ FAMILY = Family('resnet', 'ResNet', EXTRAS, False,
                 finetune_resolution=lambda c, target: target, input_multiple=lambda c: 1,
                 shrink=shrink,
                 module='vit_jax.families.resnet.model.ResNet',
-                shape_reader='vit_jax.families.resnet.shapes.READER', flops=None)
+                shape_reader='vit_jax.families.resnet.shapes.READER', flops=None,
+                presets=PRESETS)

@@ -8,6 +8,7 @@ from typing import Any, Sequence, Tuple
 
 import ml_collections
 
+from vit_jax.families.swin.presets import PRESETS
 from vit_jax.families.record import Family, ceil_div, patch_grid, patch_size
 
 # timm's default drop-path rate (its published configs fine-tune with 0.1-0.2) and the compute
@@ -40,4 +41,4 @@ FAMILY = Family('swin', 'Swin', EXTRAS, False, token_stride=_stride, token_grid=
                 input_multiple=patch_size, shrink=shrink,
                 module='vit_jax.families.swin.model.SwinTransformer',
                 shape_reader='vit_jax.families.swin.shapes.READER',
-                flops='vit_jax.families.swin.flops.COUNTER')
+                flops='vit_jax.families.swin.flops.COUNTER', presets=PRESETS)
