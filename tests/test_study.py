@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import types
 
@@ -19,6 +20,7 @@ from PIL import Image
 
 from research.small_data import cells as cells_lib
 from research.small_data import claim_history
+from research.small_data import fashion_mnist_round3
 from research.small_data import folders
 from research.small_data import full_recipe_epochs
 from research.small_data import grid as grid_lib
@@ -843,11 +845,34 @@ def test_the_round4_section_is_its_plan_its_claims_and_its_estimate_until_it_run
   assert printed.getvalue().strip() in section  # The estimate is the script's table.
 
 
+def test_the_rope_section_is_its_claims_and_its_generated_block():
+  content = _read_doc('small_data_study.md')
+  section = content[content.index("## RoPE beside round 3's"):content.index('## How round 3 ran')]
+  results = os.path.join('docs', 'study', 'rope', 'results.jsonl')
+  grid = grid_lib.load_grid(ROPE_GRID)
+  block = _block(content, 'study_rope')
+  if not os.path.isfile(os.path.join(ROOT, results)):
+    assert block == report.no_results_block(results)
+  else:
+    by_name = records.read_results(os.path.join(ROOT, results))
+    with tempfile.TemporaryDirectory() as tmp:
+      assert block == report.report_markdown(grid, by_name, tmp, 'study/rope', results)
+  prose = ' '.join(section.split())
+  for claim in grid.claims:  # Each pre-registered claim, verbatim.
+    assert ' '.join(claim.text.split()) in prose, claim.text
+  # Round 3's plain ViT choice at 1%, its five kinds' recipe: rope and rope_mixed beside learn.
+  commands = {r.tags['posemb']: r.command for r in grid.runs if r.tags['seed'] == 0}
+  assert set(commands) == {'learn', 'rope', 'rope_mixed'}
+  assert all('pct=1,seed=0,remedy=none,steps=1500,lr=5e-4,wd=0.05' in c for c in commands.values())
+  assert len(grid.runs) == 9 and grid.fewshot == fashion_mnist_round3.FEWSHOT
+
+
 @pytest.mark.skipif(not claim_history.has_history(), reason='needs the checkout\'s git history')
 @pytest.mark.parametrize('grid_file, results', [
     ('fashion_mnist_grid.py', 'docs/study/results.jsonl'),
     ('fashion_mnist_round3.py', 'docs/study/round3/results.jsonl'),
-    ('fashion_mnist_round4.py', 'docs/study/round4/results.jsonl')])
+    ('fashion_mnist_round4.py', 'docs/study/round4/results.jsonl'),
+    ('fashion_mnist_rope.py', 'docs/study/rope/results.jsonl')])
 def test_each_claim_says_when_it_was_written_as_git_shows_it(grid_file, results):
   """A claim's `written` date and `recorded_then` count are those of the commit that added it
   (a claim not committed yet: today's plan, before its runs)."""
@@ -1145,6 +1170,7 @@ def test_a_label_free_pretraining_run_records_its_loss_not_accuracies_or_flops(t
 
 
 ROUND4_GRID = os.path.join(ROOT, 'research', 'small_data', 'fashion_mnist_round4.py')
+ROPE_GRID = os.path.join(ROOT, 'research', 'small_data', 'fashion_mnist_rope.py')
 ROUND4_CANDIDATES = ('r4_hybrid_p1_probe', 'r4_swin_p1_probe', 'r4_vit_mae_p1_probe')
 
 

@@ -53,7 +53,10 @@ class Encoder1DBlock(nn.Module):
   `relative_posemb` table); None for none. `valid_tokens` < the sequence length masks the keys
   after it: the padding `Encoder(pad_tokens=...)` added (its outputs are dropped there). The
   call's `keep` (batch, k) names the grid's patches that follow the prefix tokens when not all
-  do (MAE's visible ones, `keep_tokens`), so each keeps its own relative offsets.
+  do (MAE's visible ones, `keep_tokens`), so each keeps its own relative offsets. `rope`
+  ('rope' or 'rope_mixed') rotates the queries and keys of the `rope_grid`'s patches by their
+  row and column (`position_embeddings.rotate`); 'rope_mixed' learns its per-head frequencies
+  (`rope_freqs`, (2, heads, head_dim // 2)).
   """
 
   mlp_dim: int
@@ -69,6 +72,8 @@ class Encoder1DBlock(nn.Module):
   layer_scale: float = 0.
   relative_grid: Optional[Tuple[int, int]] = None
   valid_tokens: Optional[int] = None
+  rope: Optional[str] = None
+  rope_grid: Optional[Tuple[int, int]] = None
 
   @nn.compact
   def __call__(self, inputs: Array, deterministic: bool,
@@ -102,6 +107,9 @@ class Encoder1DBlock(nn.Module):
     tokens = x.shape[1] if self.valid_tokens is None else self.valid_tokens
     if tokens < x.shape[1]:
       attention_fn = functools.partial(attention_fn, valid_keys=tokens)
+    if self.rope is not None:
+      return position_embeddings.rotary_attention(attention_fn,
+                                                  self._rope_angles(x, tokens, keep))
     if self.relative_grid is None:
       return attention_fn
     keys, index = position_embeddings.RelativePositionKeys(
@@ -111,6 +119,22 @@ class Encoder1DBlock(nn.Module):
     pad = ((0, 0),) * (index.ndim - 2) + ((0, x.shape[1] - tokens),) * 2
     index = np.pad(index, pad) if keep is None else jnp.pad(index, pad)
     return position_embeddings.relative_attention(attention_fn, keys, index)
+
+  def _rope_angles(self, x: Array, tokens: int, keep: Optional[Array]) -> Array:
+    """The rotation angles of the sequence's tokens (`position_embeddings.sequence_angles`)."""
+    head_dim = x.shape[-1] // self.num_heads
+    position_embeddings.check_rope_head_dim(head_dim, self.rope)
+    if self.rope == 'rope_mixed':
+      freqs = self.param('rope_freqs', position_embeddings.init_mixed_rope_freqs,
+                         (2, self.num_heads, head_dim // 2), self.param_dtype)
+      angles = position_embeddings.mixed_rope_angles(freqs, self.rope_grid)
+    else:
+      angles = position_embeddings.axial_rope_angles(self.rope_grid, head_dim)
+    grid = self.rope_grid[0] * self.rope_grid[1] if keep is None else keep.shape[1]
+    if tokens < grid:
+      raise ValueError(f'posemb={self.rope!r}: {tokens} tokens cannot hold a '
+                       f'{self.rope_grid[0]}x{self.rope_grid[1]} grid')
+    return position_embeddings.sequence_angles(angles, tokens - grid, x.shape[1], keep)
 
   def _scale(self, name: str, x: Array) -> Array:
     if not self.layer_scale:
@@ -195,7 +219,8 @@ class Encoder(nn.Module):
       x = keep_tokens(x, keep, x.shape[1] - num_grid)
     if prefix is not None and self.no_embed_class:
       x = jnp.concatenate([prefix, x], axis=1)
-    relative_grid = self._relative_grid(grid_shape)
+    grid = self._attention_grid(grid_shape)
+    rope = self.posemb if grid is not None and self.posemb.startswith('rope') else None
     x = nn.Dropout(rate=self.dropout_rate)(x, deterministic=not train)
     if self.norm_pre:
       x = nn.LayerNorm(epsilon=self.layer_norm_eps, param_dtype=self.param_dtype,
@@ -216,7 +241,9 @@ class Encoder(nn.Module):
                              attention_dropout_rate=self.attention_dropout_rate,
                              drop_path_rate=rate, attention_impl=self.attention_impl,
                              activation=self.activation, layer_norm_eps=self.layer_norm_eps,
-                             layer_scale=self.layer_scale, relative_grid=relative_grid,
+                             layer_scale=self.layer_scale,
+                             relative_grid=None if rope else grid, rope=rope,
+                             rope_grid=grid if rope else None,
                              valid_tokens=num_tokens, name=f'encoderblock_{i}')
       x = self._remat_block(block, x, not train, keep) if remat else block(x, not train, keep)
     x = x[:, :num_tokens]
@@ -240,13 +267,15 @@ class Encoder(nn.Module):
 
     return ops.rematerialized(apply)(block.variables['params'], x, (rng, keep))
 
-  def _relative_grid(self, grid_shape: Optional[Tuple[int, int]]
-                     ) -> Optional[Tuple[int, int]]:
-    """The patch grid each block's relative position bias spans; None without one."""
-    if not (self.add_position_embedding and self.posemb == 'relative'):
+  def _attention_grid(self, grid_shape: Optional[Tuple[int, int]]
+                      ) -> Optional[Tuple[int, int]]:
+    """The patch grid a position embedding inside each block's attention spans (relative
+    bias, rotary); None without one."""
+    if not (self.add_position_embedding
+            and self.posemb in position_embeddings.IN_ATTENTION):
       return None
     if grid_shape is None:
-      raise ValueError("posemb='relative' needs the token grid_shape")
+      raise ValueError(f'posemb={self.posemb!r} needs the token grid_shape')
     return tuple(grid_shape)
 
   def _add_position_embedding(self, x: Array, grid_shape: Optional[Tuple[int, int]]) -> Array:

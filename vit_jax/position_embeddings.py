@@ -3,7 +3,11 @@
 `posemb` picks one (`POSEMB_KINDS`): 'learn' (official `AddPositionEmbs`), 'learn_2d' (the
 paper's row + column ablation), 'sincos2d' (fixed, no parameters: MoCo v3, big_vision),
 'relative' (the paper's Appendix D.4: no table added to the tokens; each encoder block's
-attention gets a bias from learned per-offset embeddings, `RelativePositionKeys`) or 'none'.
+attention gets a bias from learned per-offset embeddings, `RelativePositionKeys`), 'rope' and
+'rope_mixed' (rotary: no table added; every block rotates its queries and keys by angles linear
+in the patch's row and column, `rotate`: fixed axial frequencies, or per-head learned ones in
+each block's `rope_freqs`; Heo et al. 2024, "Rotary Position Embedding for Vision
+Transformer") or 'none'.
 Every learned absolute table is a module named `posembed_input`, so the param tree is the
 official one; `checkpoint.resize_posemb` fits a 1-D table to another grid.
 """
@@ -13,13 +17,20 @@ import math
 from typing import Any, Callable, Optional, Tuple
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 Array = jnp.ndarray
 Dtype = Any
 
-POSEMB_KINDS = ('learn', 'learn_2d', 'sincos2d', 'relative', 'none')
+POSEMB_KINDS = ('learn', 'learn_2d', 'sincos2d', 'relative', 'rope', 'rope_mixed', 'none')
+# The kinds that act inside attention, adding nothing to the tokens.
+IN_ATTENTION = ('relative', 'rope', 'rope_mixed')
+# RoPE's frequency bases (Heo et al. 2024 and timm's RoPE ViTs): 100 for the fixed axial
+# frequencies, 10 for the magnitudes the mixed kind starts its learned frequencies from.
+ROPE_AXIAL_TEMPERATURE = 100.
+ROPE_MIXED_TEMPERATURE = 10.
 # Rows of `rel_embedding_prefix`: prefix query → patch key, patch query → prefix key, and
 # prefix → prefix (as BEiT's three extra relative-position entries).
 RELATIVE_PREFIX_ROWS = 3
@@ -92,7 +103,7 @@ def add(x: Array, posemb: str, grid_shape: Optional[Tuple[int, int]],
   Called inside a compact `__call__` (the Encoder's), so the learned tables become its
   `posembed_input` submodule.
   """
-  if posemb in ('none', 'relative'):  # 'relative' acts inside attention (RelativePositionKeys).
+  if posemb == 'none' or posemb in IN_ATTENTION:  # Those act in each block's attention.
     return x
   if posemb == 'learn':
     return AddPositionEmbs(param_dtype=param_dtype, name='posembed_input')(x)
@@ -218,3 +229,82 @@ def relative_attention(attention_fn: Callable[..., Array], keys: Array,
     return attention_fn(query, key, value, **{**kwargs, 'bias': bias})
 
   return with_bias
+
+
+def grid_coordinates(grid_shape: Tuple[int, int]) -> Tuple[np.ndarray, np.ndarray]:
+  """(rows, cols) of each patch of a row-major `grid_shape`, as float32 (gh*gw,) each."""
+  rows, cols = np.mgrid[:grid_shape[0], :grid_shape[1]]
+  return rows.reshape(-1).astype(np.float32), cols.reshape(-1).astype(np.float32)
+
+
+def check_rope_head_dim(head_dim: int, posemb: str) -> None:
+  if head_dim % 4:
+    raise ValueError(f'posemb={posemb!r} rotates pairs of channels along two axes: the head width '
+                     f'must be a multiple of 4, not {head_dim} (hidden_size / num_heads).')
+
+
+def axial_rope_angles(grid_shape: Tuple[int, int], head_dim: int,
+                      temperature: float = ROPE_AXIAL_TEMPERATURE) -> np.ndarray:
+  """(gh*gw, 1, head_dim // 2) rotation angles of axial RoPE, the same for every head (the
+  axis of 1): the first half of a head's channel pairs turn with the patch's row, the second
+  half with its column, at the frequencies temperature^(-i / (head_dim / 4)), i < head_dim / 4.
+  """
+  check_rope_head_dim(head_dim, 'rope')
+  bands = temperature ** -(np.arange(head_dim // 4, dtype=np.float32) / (head_dim // 4))
+  rows, cols = grid_coordinates(grid_shape)
+  return np.concatenate([rows[:, None] * bands, cols[:, None] * bands], axis=1)[:, None]
+
+
+def init_mixed_rope_freqs(rng: Any, shape: Tuple[int, int, int],
+                          dtype: Dtype = jnp.float32) -> Array:
+  """Mixed RoPE's starting frequencies, (2, heads, head_dim // 2): per head, the axial
+  magnitudes 10^(-4i / head_dim) along a random direction and the one at right angles to it
+  (x components first, then y), as Heo et al. 2024 and timm's `RotaryEmbeddingMixed` start."""
+  _, heads, half = shape
+  magnitude = ROPE_MIXED_TEMPERATURE ** -(jnp.arange(0, 2 * half, 4, dtype=jnp.float32)
+                                          / (2 * half))
+  angle = jax.random.uniform(rng, (heads, 1), jnp.float32, 0., 2 * np.pi)
+  fx = jnp.concatenate([magnitude * jnp.cos(angle), magnitude * jnp.cos(angle + np.pi / 2)], -1)
+  fy = jnp.concatenate([magnitude * jnp.sin(angle), magnitude * jnp.sin(angle + np.pi / 2)], -1)
+  return jnp.stack([fx, fy]).astype(dtype)
+
+
+def mixed_rope_angles(freqs: Array, grid_shape: Tuple[int, int]) -> Array:
+  """(gh*gw, heads, head_dim // 2) angles of mixed RoPE: column × x-frequency + row ×
+  y-frequency, per head (`freqs` (2, heads, head_dim // 2), a block's `rope_freqs`)."""
+  rows, cols = grid_coordinates(grid_shape)
+  freqs = freqs.astype(jnp.float32)
+  return cols[:, None, None] * freqs[0] + rows[:, None, None] * freqs[1]
+
+
+def sequence_angles(angles: Array, num_prefix: int, length: int,
+                    keep: Optional[Array] = None) -> Array:
+  """The grid's `angles` (patches, heads or 1, head_dim // 2) placed in a sequence of `length`
+  tokens, (1 or batch, length, heads or 1, head_dim // 2): 0 (no rotation) for the
+  `num_prefix` prefix tokens before the grid and for padding after it. With `keep` (batch, k),
+  only those patches follow the prefix (MAE), each image its own."""
+  angles = jnp.asarray(angles)[None] if keep is None else jnp.asarray(angles)[keep]
+  after = length - num_prefix - angles.shape[1]
+  return jnp.pad(angles, ((0, 0), (num_prefix, after), (0, 0), (0, 0)))
+
+
+def rotate(x: Array, angles: Array) -> Array:
+  """Rotates each pair of channels (0, 1), (2, 3), ... of `x` (batch, tokens, heads, head_dim)
+  by its angle in `angles` (batch or 1, tokens, heads or 1, head_dim // 2), in timm's
+  interleaved layout (`apply_rot_embed`): out = x cos + (-x1, x0, -x3, x2, ...) sin."""
+  cos, sin = jnp.cos(angles), jnp.sin(angles)
+  pairs = x.reshape(*x.shape[:-1], -1, 2)
+  even, odd = pairs[..., 0], pairs[..., 1]
+  rotated = jnp.stack([even * cos - odd * sin, odd * cos + even * sin], axis=-1)
+  return rotated.reshape(x.shape).astype(x.dtype)
+
+
+def rotary_attention(attention_fn: Callable[..., Array], angles: Array) -> Callable[..., Array]:
+  """`attention_fn` on queries and keys rotated by `angles` (`sequence_angles`): each score
+  q_i · k_j then depends on the positions of i and j through their offset only."""
+
+  @functools.wraps(attention_fn)
+  def with_rotation(query: Array, key: Array, value: Array, **kwargs) -> Array:
+    return attention_fn(rotate(query, angles), rotate(key, angles), value, **kwargs)
+
+  return with_rotation

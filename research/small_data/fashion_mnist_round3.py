@@ -146,7 +146,7 @@ def weight_decays(arm: Arm, wds: str) -> Tuple[str, ...]:
   return select.parse_values(wds, 'wds')
 
 
-def _values(arm: Arm, seed: int, steps: int, **extra) -> Dict[str, Any]:
+def values(arm: Arm, seed: int, steps: int, **extra) -> Dict[str, Any]:
   """The study config's values of one run of `arm` (Swin plain: stochastic depth 0, as the
   plain ViT; the strong recipe gives every family with it the same 0.1)."""
   model, recipe, pct = arm
@@ -210,7 +210,7 @@ def probe_steps(arm: Arm, opts: Mapping[str, str]) -> int:
 def probe_run(arm: Arm, base: Dict, opts: Mapping[str, str]) -> grid_lib.Run:
   return round2.run(f'{arm_name(arm)}_probe',
                     dict(arm='probe', model=LABELS[arm[0]], recipe=arm[1], pct=arm[2]), base,
-                    **_values(arm, 0, probe_steps(arm, opts), evals=opts['evals']))
+                    **values(arm, 0, probe_steps(arm, opts), evals=opts['evals']))
 
 
 def sweep_runs(choice: Choice, base: Dict) -> List[grid_lib.Run]:
@@ -220,7 +220,7 @@ def sweep_runs(choice: Choice, base: Dict) -> List[grid_lib.Run]:
                                  lr_value=float(lr), chosen=(lr, wd) == choice.chosen,
                                  **{SWEEP_ROW: f'{row_label(choice.arm)}, {choice.arm[2]}%, '
                                                f'wd {wd}'}),
-                     base, **_values(choice.arm, 0, choice.budget, lr=lr, wd=wd))
+                     base, **values(choice.arm, 0, choice.budget, lr=lr, wd=wd))
           for (lr, wd), name in choice.sweep.items()]
 
 
@@ -229,7 +229,7 @@ def seed_runs(choice: Choice, base: Dict, seeds: int) -> List[grid_lib.Run]:
   lr, wd = choice.chosen
   return [round2.run(f'{arm_name(choice.arm)}_s{s}',
                      _tags(choice.arm, s, arm='matched', lr=lr, wd=wd, chosen=True), base,
-                     **_values(choice.arm, s, choice.budget, lr=lr, wd=wd))
+                     **values(choice.arm, s, choice.budget, lr=lr, wd=wd))
           for s in range(1, seeds)]
 
 
@@ -241,7 +241,7 @@ def posemb_runs(choice: Choice, base: Dict, seeds: int) -> List[grid_lib.Run]:
   posembs = ('relative',) if base.get('runlocal') else POSEMBS
   return [round2.run(f'r3_vit_pe-{pe}_p{pct}_s{s}',
                      dict(arm='posemb', posemb=pe, pct=pct, seed=s, lr=lr, wd=wd, chosen=True),
-                     base, **_values(choice.arm, s, choice.budget, lr=lr, wd=wd, posemb=pe))
+                     base, **values(choice.arm, s, choice.budget, lr=lr, wd=wd, posemb=pe))
           for pe in posembs for s in range(seeds)]
 
 
@@ -258,7 +258,7 @@ def ssl_runs(choice: Choice, base: Dict, seeds: int) -> List[grid_lib.Run]:
     runs += [round2.run(f'r3_vit_{method}_p1_s{s}',
                         _ssl_tags(choice.arm, s, arm='ssl', chosen=True, init=label, lr=lr, wd=wd),
                         base,
-                        **_values(choice.arm, s, choice.budget, lr=lr, wd=wd,
+                        **values(choice.arm, s, choice.budget, lr=lr, wd=wd,
                                   extra=f' --config.pretrained_path={{out}}/{pretrain}'))
              for s in range(seeds)]
   return runs

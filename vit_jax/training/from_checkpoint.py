@@ -19,7 +19,7 @@ from vit_jax.weights import store
 from vit_jax.data import image_ops
 
 # The position embeddings without parameters: a file without tables or description holds either.
-_TABLE_FREE_POSEMBS = ('sincos2d', 'none')
+_TABLE_FREE_POSEMBS = ('sincos2d', 'rope', 'none')
 
 
 class PretrainedSource:
@@ -70,10 +70,11 @@ def _with_checkpoint_posemb(config: ml_collections.ConfigDict,
   """`config` with the ViT position embedding (`posemb`) of the weights it fine-tunes.
 
   The kind is part of the architecture the weights were trained with, as their widths are: its
-  tables ('learn', 'learn_2d', 'relative') are read from the file's shapes, 'sincos2d' vs
-  'none' from its description. Where the file cannot tell (no tables, no description), a
-  table-free choice of the config stays. A local file only (published ones are 'learn'); a
-  resumed run reads the choice from its record (`run_record.with_recorded_contributions`).
+  tables ('learn', 'learn_2d', 'relative', 'rope_mixed') are read from the file's shapes,
+  'sincos2d' vs 'rope' vs 'none' from its description. Where the file cannot tell (no tables,
+  no description), a table-free choice of the config stays. A local file only (published ones
+  are 'learn'); a resumed run reads the choice from its record
+  (`run_record.with_recorded_contributions`).
   """
   family = presets.family_of(config.model)
   if not config.pretrained_path or 'posemb' not in families.FAMILIES[family].extras:

@@ -11,7 +11,8 @@ from vit_jax.families.record import Family, patch_grid, patch_size, rounded_up
 
 # Fields beyond the official ones, each off by default (defaults = official behaviour).
 EXTRAS = dict(
-    posemb='learn',  # 'learn' (official 1-D), 'learn_2d', 'sincos2d', 'relative' or 'none'.
+    posemb='learn',  # 'learn' (official), 'learn_2d', 'sincos2d', 'relative', 'rope',
+    # 'rope_mixed' or 'none'.
     stochastic_depth=0.,  # Max drop-path rate (last block); 0 = off.
     dtype='float32',  # Compute dtype; 'bfloat16' for accelerators (params stay float32).
     remat=False,  # Recompute each block in backward: less activation memory.

@@ -48,7 +48,9 @@ class VisionTransformer(nn.Module):
     head_bias_init: constant for the head bias (-10 for sigmoid pretraining as in big_vision).
     posemb: 'learn' (official), 'learn_2d', 'sincos2d', 'relative' (the paper's Appendix D.4:
       a learned key per 2-D patch offset in every block, its query logits a bias on the
-      attention; `position_embeddings.RelativePositionKeys`) or 'none'.
+      attention; `position_embeddings.RelativePositionKeys`), 'rope' (rotary, axial: every
+      block rotates queries and keys by the patch's row and column), 'rope_mixed' (rotary with
+      learned per-head frequencies, each block's `rope_freqs`) or 'none'.
     stochastic_depth: maximal drop-path rate (last block); 0 disables it.
     dtype: compute dtype (e.g. jnp.bfloat16); params stay in `param_dtype`.
     remat: rematerialise each encoder block in the backward pass (saves activation memory).
@@ -102,6 +104,9 @@ class VisionTransformer(nn.Module):
     _check_choice('posemb', self.posemb, position_embeddings.POSEMB_KINDS)
     _check_choice('attention_impl', self.attention_impl, tuple(ops.ATTENTION_FNS))
     _check_choice('activation', self.activation, tuple(ops.ACTIVATIONS))
+    if self.posemb in ('rope', 'rope_mixed') and self.transformer is not None:
+      position_embeddings.check_rope_head_dim(
+          self.hidden_size // self.transformer['num_heads'], self.posemb)
     if self.distilled and (self.classifier != 'token' or self.representation_size is not None):
       raise ValueError('distilled=True needs classifier=token and no representation_size '
                        '(DeiT pools the class and distillation tokens into two heads).')

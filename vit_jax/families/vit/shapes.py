@@ -21,7 +21,9 @@ def _vit_fields(tree: Mapping[str, Any]) -> Tuple[Dict[str, Any], Optional[Tuple
   posembed = encoder.get('posembed_input', {})
   prefix = 1 if 'cls' in tree else 0
   grid = None
-  if 'relative_posemb' in block:
+  if 'rope_freqs' in block:  # Mixed RoPE's learned frequencies: any grid.
+    posemb = 'rope_mixed'
+  elif 'relative_posemb' in block:
     posemb = 'relative'
     rows, cols = block['relative_posemb']['rel_embedding'][:2]
     grid = (rows + 1) // 2, (cols + 1) // 2
@@ -56,7 +58,8 @@ def full_vit_config(config: Mapping[str, Any]) -> Dict[str, Any]:
 
 def _posemb_params(posemb: str) -> str:
   return {'learn': 'learned 1-D', 'learn_2d': 'learned 2-D',
-          'relative': 'learned relative'}.get(posemb, 'none')
+          'relative': 'learned relative', 'rope_mixed': 'learned rotary frequencies'
+          }.get(posemb, 'none')
 
 
 def _vit_compared(config: Mapping[str, Any]) -> Tuple[Tuple[str, Any], ...]:
@@ -98,7 +101,7 @@ def _vit_config(fields: Dict[str, Any], name: Optional[str]) -> Tuple[Dict[str, 
              f'{t["attention_dropout_rate"]} ({source})',
              f'classifier {config["classifier"]} (not {alternative}: same shapes)']
   if config['posemb'] == 'sincos2d':
-    assumed.append('posemb sincos2d (not none: neither has parameters)')
+    assumed.append('posemb sincos2d (not none or rope: none of them has parameters)')
   return config, assumed
 
 
@@ -113,7 +116,7 @@ def _vit_conform(declared: Dict[str, Any], found: Mapping[str, Any]) -> Dict[str
   learned position-embedding kind (what its shapes decide)."""
   config = full_vit_config(declared)
   config['representation_size'] = found['representation_size']
-  if found['posemb'] in ('learn', 'learn_2d', 'relative'):
+  if found['posemb'] in ('learn', 'learn_2d', 'relative', 'rope_mixed'):
     config['posemb'] = found['posemb']
   return config
 
