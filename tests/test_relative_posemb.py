@@ -1,6 +1,5 @@
 """posemb='relative': the paper's Appendix D.4 relative position embeddings (issue 43.1)."""
 
-import os
 
 import jax
 import jax.numpy as jnp
@@ -8,7 +7,7 @@ import numpy as np
 import pytest
 
 from npz_fixtures import images, perturb
-from test_train import assert_trees_close, crash_at, final_params, make_config
+from test_train import assert_trees_close, final_params, killed_and_straight, make_config
 from vit_jax import checkpoint
 from vit_jax import config_lib
 from vit_jax import models
@@ -146,15 +145,10 @@ def test_another_grid_interpolates_the_tables_corners_aligned(tmp_path):
 def test_killed_relative_run_resumes_to_identical_params(tmp_path, mock_cifar10):
   config = make_config(total_steps=4, checkpoint_every=2, eval_every=0)
   config.model.posemb = 'relative'
-  train.train_and_evaluate(config, str(tmp_path / 'straight'))
-  workdir = str(tmp_path / 'killed')
-  with crash_at(4), pytest.raises(KeyboardInterrupt):
-    train.train_and_evaluate(config, workdir)
-  assert train.train_and_evaluate(config, workdir)['step'] == 4
+  workdir, straight = killed_and_straight(config, tmp_path, 4)
   resumed = final_params(workdir)
   assert any('relative_posemb' in key for key in npz_format.flatten(resumed))
-  assert_trees_close(resumed, final_params(str(tmp_path / 'straight')))
-  assert os.listdir(os.path.join(workdir, 'train_state'))
+  assert_trees_close(resumed, final_params(straight))
 
 
 def test_flops_count_the_relative_logits_as_xla_does():

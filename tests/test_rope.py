@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from npz_fixtures import images, perturb
-from test_train import assert_trees_close, crash_at, final_params, make_config
+from test_train import assert_trees_close, final_params, killed_and_straight, make_config
 from vit_jax import checkpoint
 from vit_jax import config_lib
 from vit_jax import models
@@ -161,12 +161,8 @@ def test_killed_rope_run_resumes_to_identical_params(kind, tmp_path, mock_cifar1
     train.train_and_evaluate(config, str(tmp_path / 'refused'))
   assert not (tmp_path / 'refused').exists()  # Refused before it made anything.
   config.model.hidden_size = 16
-  train.train_and_evaluate(config, str(tmp_path / 'straight'))
-  workdir = str(tmp_path / 'killed')
-  with crash_at(4), pytest.raises(KeyboardInterrupt):
-    train.train_and_evaluate(config, workdir)
-  assert train.train_and_evaluate(config, workdir)['step'] == 4
+  workdir, straight = killed_and_straight(config, tmp_path, 4)
   resumed = final_params(workdir)
   assert any('rope_freqs' in key for key in npz_format.flatten(resumed)) == (kind == 'rope_mixed')
-  assert_trees_close(resumed, final_params(str(tmp_path / 'straight')))
+  assert_trees_close(resumed, final_params(straight))
   assert loading.load_model(workdir).config['posemb'] == kind

@@ -371,17 +371,12 @@ def test_two_step_training_run_and_its_export_predicts(tmp_path, mock_cifar10):
 
 
 def test_killed_run_resumes_to_identical_params(tmp_path, mock_cifar10):
-  from test_train import crash_at  # The ViT's kill-and-resume harness.
+  from test_train import killed_and_straight  # The ViT's kill-and-resume harness.
   config = make_config(total_steps=4, checkpoint_every=2, eval_every=0, stochastic_depth=0.)
   config.model.stochastic_depth = 0.5  # Drop path draws from the per-step rng.
-  train.train_and_evaluate(config, str(tmp_path / 'straight'))
-  workdir = str(tmp_path / 'killed')
-  with crash_at(4), pytest.raises(KeyboardInterrupt):
-    train.train_and_evaluate(config, workdir)
-  assert sorted(os.listdir(os.path.join(workdir, 'train_state'))) == ['2']
-  assert train.train_and_evaluate(config, workdir)['step'] == 4
+  workdir, straight = killed_and_straight(config, tmp_path, 4)
   a = npz_format.flatten(checkpoint.load(os.path.join(workdir, 'params.npz')))
-  b = npz_format.flatten(checkpoint.load(str(tmp_path / 'straight' / 'params.npz')))
+  b = npz_format.flatten(checkpoint.load(os.path.join(straight, 'params.npz')))
   assert a.keys() == b.keys()
   for key in a:
     np.testing.assert_array_equal(a[key], b[key], err_msg=key)  # Bit-identical.

@@ -221,6 +221,18 @@ def crash_at(step_to_crash):
   return mock.patch.object(train, 'make_train_step', factory)
 
 
+def killed_and_straight(config, tmp_path, crash_step):
+  """Runs `config` straight through, and again killed before `crash_step` then resumed by
+  the same call; returns (resumed workdir, straight workdir) once both finished."""
+  straight, killed = str(tmp_path / 'straight'), str(tmp_path / 'killed')
+  train.train_and_evaluate(config, straight)
+  with crash_at(crash_step), pytest.raises(KeyboardInterrupt):
+    train.train_and_evaluate(config, killed)
+  assert os.listdir(os.path.join(killed, 'train_state'))  # What the resume starts from.
+  assert train.train_and_evaluate(config, killed)['step'] == config.total_steps
+  return killed, straight
+
+
 @pytest.mark.parametrize('ema_decay', [0., 0.5])
 def test_killed_run_resumes_to_identical_params(tmp_path, mock_cifar10, ema_decay):
   config = make_config(total_steps=6, checkpoint_every=2, eval_every=0, ema_decay=ema_decay)
