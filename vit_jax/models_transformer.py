@@ -220,7 +220,8 @@ class Encoder(nn.Module):
     if prefix is not None and self.no_embed_class:
       x = jnp.concatenate([prefix, x], axis=1)
     grid = self._attention_grid(grid_shape)
-    rope = self.posemb if grid is not None and self.posemb.startswith('rope') else None
+    in_rope = grid is not None and self.posemb in position_embeddings.ROPE_KINDS
+    rope = self.posemb if in_rope else None
     x = nn.Dropout(rate=self.dropout_rate)(x, deterministic=not train)
     if self.norm_pre:
       x = nn.LayerNorm(epsilon=self.layer_norm_eps, param_dtype=self.param_dtype,

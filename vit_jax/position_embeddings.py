@@ -26,7 +26,8 @@ Dtype = Any
 
 POSEMB_KINDS = ('learn', 'learn_2d', 'sincos2d', 'relative', 'rope', 'rope_mixed', 'none')
 # The kinds that act inside attention, adding nothing to the tokens.
-IN_ATTENTION = ('relative', 'rope', 'rope_mixed')
+ROPE_KINDS = ('rope', 'rope_mixed')
+IN_ATTENTION = ('relative',) + ROPE_KINDS
 # RoPE's frequency bases (Heo et al. 2024 and timm's RoPE ViTs): 100 for the fixed axial
 # frequencies, 10 for the magnitudes the mixed kind starts its learned frequencies from.
 ROPE_AXIAL_TEMPERATURE = 100.

@@ -104,7 +104,7 @@ class VisionTransformer(nn.Module):
     _check_choice('posemb', self.posemb, position_embeddings.POSEMB_KINDS)
     _check_choice('attention_impl', self.attention_impl, tuple(ops.ATTENTION_FNS))
     _check_choice('activation', self.activation, tuple(ops.ACTIVATIONS))
-    if self.posemb in ('rope', 'rope_mixed') and self.transformer is not None:
+    if self.posemb in position_embeddings.ROPE_KINDS and self.transformer is not None:
       position_embeddings.check_rope_head_dim(
           self.hidden_size // self.transformer['num_heads'], self.posemb)
     if self.distilled and (self.classifier != 'token' or self.representation_size is not None):
