@@ -1,8 +1,8 @@
-"""Writes vit_jax/weights/timm/architectures.json: timm's ViT-family architectures, as data.
+"""Writes vit_jax/weights/timm/architectures.json: timm's ViT, Swin and EVA architectures, as data.
 
     python benchmarks/gen_timm_architectures.py
 
-Every architecture of timm's `vision_transformer`, `deit` and `swin_transformer` modules with
+Every architecture of timm's `vision_transformer`, `deit`, `swin_transformer` and `eva` modules with
 published weights (`timm.list_models(pretrained=True)`) is built by timm itself on the meta
 device (no memory, no weights) and described from the built model: widths, heads, MLP width,
 activation, norm and epsilon, pooling, prefix tokens and the block parts this package's loader
@@ -17,12 +17,12 @@ import functools
 import inspect
 import json
 import os
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from absl import app
 from absl import flags
 
-MODULES = ('vision_transformer', 'deit', 'swin_transformer')
+MODULES = ('vision_transformer', 'deit', 'swin_transformer', 'eva')
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'vit_jax', 'weights', 'timm',
                    'architectures.json')
 COMMAND = 'python benchmarks/gen_timm_architectures.py'
@@ -39,12 +39,14 @@ def published_architectures() -> List[str]:
 @contextlib.contextmanager
 def _one_block_per_stage(record: Dict[str, Any]) -> Iterator[None]:
   """Builds ViTs with depth 1 and Swins with one block per stage; records the real depth."""
+  from timm.models import eva
   from timm.models import swin_transformer
   from timm.models import vision_transformer
   patched = []
   for cls, key, shallow in ((vision_transformer.VisionTransformer, 'depth', lambda d: 1),
                             (swin_transformer.SwinTransformer, 'depths',
-                             lambda d: (1,) * len(d))):
+                             lambda d: (1,) * len(d)),
+                            (eva.Eva, 'depth', lambda d: 1)):
     original = cls.__init__
 
     @functools.wraps(original)
@@ -53,6 +55,10 @@ def _one_block_per_stage(record: Dict[str, Any]) -> Iterator[None]:
       bound.apply_defaults()
       record[_key] = bound.arguments[_key]
       bound.arguments[_key] = _shallow(bound.arguments[_key])
+      heads = bound.arguments.get('num_kv_heads')
+      if isinstance(heads, (tuple, list)):  # Per block (Sapiens2): the fewest describe it.
+        record['num_kv_heads'] = min(heads)
+        bound.arguments['num_kv_heads'] = min(heads)
       _original(*bound.args, **bound.kwargs)
 
     cls.__init__ = init
@@ -157,6 +163,108 @@ def _describe_swin(model: Any, depths: Tuple[int, ...]) -> Dict[str, Any]:
       num_classes=int(model.num_classes))
 
 
+def _size(x: Any) -> Any:
+  """A square size as one int, a non-square one as [height, width] (Sapiens2's 1024x768)."""
+  x = tuple(x) if isinstance(x, (tuple, list)) else (x, x)
+  return int(x[0]) if x[0] == x[1] else tuple(int(v) for v in x)
+
+
+def _eva_mlp(mlp: Any) -> Dict[str, Any]:
+  """The block's MLP: timm's Mlp, its packed SwiGLU (GluMlp) or the split one (SwiGLU)."""
+  kind = type(mlp).__name__
+  if kind == 'SwiGLU':
+    hidden, mlp_kind = mlp.fc1_g.out_features, 'swiglu'
+  elif kind == 'GluMlp':
+    hidden, mlp_kind = mlp.fc2.in_features, 'swiglu_packed'
+  else:
+    hidden, mlp_kind = mlp.fc2.in_features, 'mlp'
+  return dict(mlp=mlp_kind, mlp_dim=int(hidden), act_layer=_activation(mlp.act),
+              mlp_norm=not _is(getattr(mlp, 'norm', None)))
+
+
+def _eva_attention(attn: Any) -> Dict[str, Any]:
+  """EvaAttention (fused qkv with q/v biases, or q/k/v projections with no key bias) or timm's
+  AttentionRope (every projection biased alike); grouped heads, gates, norms."""
+  fused = getattr(attn, 'qkv', None) is not None
+  if type(attn).__name__ == 'EvaAttention':
+    biased = attn.q_bias is not None if fused else attn.q_proj.bias is not None
+    bias = 'qv' if biased else 'none'
+  else:
+    layer = attn.qkv if fused else attn.q_proj
+    bias = 'qkv' if layer.bias is not None else 'none'
+  return dict(attention=type(attn).__name__, qkv_fused=fused, qkv_bias=bias,
+              num_kv_heads=int(getattr(attn, 'num_kv_heads', attn.num_heads)),
+              qk_norm=not _is(attn.q_norm), scale_attn_norm=not _is(attn.norm),
+              gated_attn=getattr(attn, 'gate', None) is not None,
+              proj_bias=attn.proj.bias is not None)
+
+
+def _eva_rope(rope: Any) -> Dict[str, Any]:
+  """The rotary embedding's kind and settings (None where the model has none)."""
+  if rope is None:
+    return dict(rope=None, rope_temperature=None, rope_offset=None, rope_reference=None,
+                rope_xy=None, rope_half=None, rope_in_pixels=None, rope_grid=None,
+                rope_normalize=None)
+  kind = {'RotaryEmbeddingCat': 'cat', 'RotaryEmbeddingMixed': 'mixed',
+          'RotaryEmbeddingDinoV3': 'dinov3'}.get(type(rope).__name__, type(rope).__name__)
+  reference = getattr(rope, 'ref_feat_shape', None)
+  return dict(
+      rope=kind, rope_temperature=float(rope.temperature),
+      rope_offset=float(getattr(rope, 'grid_offset', 0.)),
+      rope_reference=None if reference is None else tuple(int(v) for v in reference),
+      rope_xy=getattr(rope, 'grid_indexing', 'ij') == 'xy',
+      rope_half=bool(getattr(rope, 'rotate_half', False)),
+      rope_in_pixels=bool(getattr(rope, 'in_pixels', False)),
+      rope_grid='centered' if kind == 'dinov3' else getattr(rope, 'grid_type', 'index'),
+      rope_normalize=getattr(rope, 'normalize_coords', 'separate'))
+
+
+def _weights(name: str) -> Dict[str, Dict[str, Any]]:
+  """{tag: what timm's pretrained config of `name.tag` says about the input and head}."""
+  import timm
+  from timm.models import get_pretrained_cfg
+  out = {}
+  for full in timm.list_models(name, pretrained=True):
+    cfg = get_pretrained_cfg(full)
+    if full.split('.')[0] != name:
+      continue
+    out[full.split('.', 1)[1] if '.' in full else ''] = dict(
+        input_size=[int(v) for v in cfg.input_size], mean=[float(v) for v in cfg.mean],
+        std=[float(v) for v in cfg.std], num_classes=int(cfg.num_classes))
+  return out
+
+
+def _describe_eva(model: Any, depth: int, name: Optional[str]) -> Dict[str, Any]:
+  block = model.blocks[0]
+  norm, eps = _norm(block.norm1)
+  embed = model.patch_embed
+  entry = dict(
+      family='eva', model_class=type(model).__name__, img_size=_size(embed.img_size),
+      patch_size=_pair(embed.patch_size), embed_dim=int(model.embed_dim), depth=int(depth),
+      block=type(block).__name__, num_heads=int(block.attn.num_heads), norm_layer=norm,
+      norm_eps=eps)
+  entry.update(_eva_mlp(block.mlp))
+  entry.update(_eva_attention(block.attn))
+  gammas = [getattr(block, g, None) for g in ('gamma_1', 'gamma_2')]
+  entry.update(
+      init_values=None if gammas[0] is None else float(block.init_values),
+      attn_only_layer_scale=gammas[0] is not None and gammas[1] is None,
+      class_token=model.cls_token is not None,
+      reg_tokens=0 if model.reg_token is None else int(model.reg_token.shape[1]),
+      no_embed_class=bool(model.no_embed_class),
+      pos_embed='none' if model.pos_embed is None else 'learn',
+      dynamic_img_size=bool(model.dynamic_img_size))
+  entry.update(_eva_rope(model.rope))
+  entry.update(
+      pre_norm=not _is(model.norm_pre), final_norm=not _is(model.norm),
+      fc_norm=not _is(model.fc_norm), patch_bias=embed.proj.bias is not None,
+      global_pool=model.global_pool, num_classes=int(model.num_classes))
+  entry.update(_attn_pool(model.attn_pool))
+  if name is not None:
+    entry['weights'] = _weights(name)
+  return entry
+
+
 def describe(name: str) -> Dict[str, Any]:
   """The table entry of timm architecture `name` (see the module docstring)."""
   import timm
@@ -166,20 +274,28 @@ def describe(name: str) -> Dict[str, Any]:
     model = timm.create_model(name, pretrained=False)
   if 'depths' in record:
     return _describe_swin(model, record['depths'])
+  if type(model).__name__ == 'Eva':
+    entry = _describe_eva(model, record['depth'], name)
+    entry['num_kv_heads'] = record.get('num_kv_heads', entry['num_kv_heads'])
+    return entry
   return _describe_vit(model, record['depth'])
 
 
 def describe_defaults() -> Dict[str, Dict[str, Any]]:
   """{family: the entry of timm's class built with its constructor's defaults alone}."""
   import torch
+  from timm.models import eva
   from timm.models import swin_transformer
   from timm.models import vision_transformer
   record: Dict[str, Any] = {}
   with _one_block_per_stage(record), torch.device('meta'):
     vit = vision_transformer.VisionTransformer()
     swin = swin_transformer.SwinTransformer()
-  return {'vit': _describe_vit(vit, record['depth']),
-          'swin': _describe_swin(swin, record['depths'])}
+    vit_depth = record['depth']
+    eva_default = eva.Eva()
+  return {'vit': _describe_vit(vit, vit_depth),
+          'swin': _describe_swin(swin, record['depths']),
+          'eva': _describe_eva(eva_default, record['depth'], None)}
 
 
 def table() -> Dict[str, Dict[str, Any]]:
@@ -197,7 +313,8 @@ def table_text(entries: Dict[str, Dict[str, Any]], defaults: Dict[str, Dict[str,
     return f'{json.dumps(key)}: {json.dumps(value)}'
 
   head = [line('timm_version', timm.__version__), line('generated_by', COMMAND),
-          line('vit_defaults', defaults['vit']), line('swin_defaults', defaults['swin'])]
+          line('vit_defaults', defaults['vit']), line('swin_defaults', defaults['swin']),
+          line('eva_defaults', defaults['eva'])]
   rows = ',\n'.join('    ' + line(name, entry) for name, entry in entries.items())
   return '{\n' + ''.join(f'  {h},\n' for h in head) + '  "architectures": {\n' + rows + '\n  }\n}\n'
 

@@ -64,9 +64,11 @@ def test_every_preset_from_shapes(name):
   # A ResNet classifier has no position embeddings, so no trained resolution to read.
   resnet, swin = (presets.family_of(config) == f for f in ('resnet', 'swin'))
   # A Swin has none either: its published resolution (last stage one window) is assumed.
-  image_size = None if resnet else presets.finetune_resolution(config) if swin else size
+  # Nor a ViT without a position table (DINOv3's: rotary only, any grid).
+  free = resnet or 'posembed_input' not in shapes.get('Transformer', {'posembed_input': 0})
+  image_size = None if free else presets.finetune_resolution(config) if swin else size
   assert (arch.num_classes, arch.image_size) == (1000, image_size)
-  assert arch.grid == (None if resnet or swin else models.token_grid(config, (size, size)))
+  assert arch.grid == (None if free or swin else models.token_grid(config, (size, size)))
   assert not swin or any('trained at' in note for note in arch.assumed)
   # A Linen tree (here: shapes only) gives the same answer as the published flat names.
   assert architecture.architecture(shapes) == arch

@@ -144,6 +144,8 @@ def test_family_goes_through_every_layer(family, folder, tmp_path, monkeypatch, 
                        capsys)
   if record.timm_vit and not record.resnet_root:
     assert rc == 0 and os.path.isfile(tmp_path / 'timm' / 'model.safetensors'), err
+  elif record.timm_writer:  # Written under a timm architecture; a test preset is none.
+    _refused('export_timm', rc, out, err, 'exported under its timm architecture')
   else:
     _refused('export_timm', rc, out, err, "timm's ViT cannot represent this model")
 

@@ -243,6 +243,11 @@ def write_timm_folder(folder, swin_model=None, image_size=None):
                                     'mean': [0.485, 0.456, 0.406],
                                     'std': [0.229, 0.224, 0.225]}}, f)
     return
+  architecture = os.path.basename(folder).split('.')[0]
+  if architecture in presets.MODEL_CONFIGS and presets.family_of(
+      presets.MODEL_CONFIGS[architecture]) == 'eva':
+    write_eva_folder(folder, architecture)
+    return
   clip = 'clip' in os.path.basename(folder)
   config = dict(presets.VIT_EXTRAS, family='vit', model_name=os.path.basename(folder).split('.')[0],
                 patches={'size': (16, 16) if clip else (14, 14)}, hidden_size=32,
@@ -257,10 +262,25 @@ def write_timm_folder(folder, swin_model=None, image_size=None):
   timm_export.export(jax.device_get(params), config, folder, num_classes=0, image_size=size)
 
 
+def write_eva_folder(folder, architecture):
+  """timm's `architecture` (an EVA-family preset) with one block at a 2x2 grid, random, written
+  by vit_jax's own timm export (its layout is timm's: tests/test_timm_architectures.py)."""
+  config = config_lib.with_model(config_lib.get_config(), architecture).model.to_dict()
+  config['transformer']['num_layers'] = 1
+  size = 2 * config['patches']['size'][0]
+  model = models.get_model(config, num_classes=0)
+  params = model.init(jax.random.key(0), jnp.zeros((1, size, size, 3)), train=False)['params']
+  timm_export.export(jax.device_get(params), config, folder, num_classes=0, image_size=size,
+                     mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+
+
 def place_published(command, work):
   """`--checkpoint=NAME` of a tool → a small published-format file in the cache."""
   match = re.search(r'--checkpoint=(\S+)', command)
   if not match or os.path.exists(work / match[1]) or match[1].startswith('runs/'):
+    return
+  if match[1].startswith('hub/'):  # A downloaded hub folder: a tiny one of its architecture.
+    write_timm_folder(str(work / match[1]))
     return
   path = store.locate(match[1]).path
   if store.is_remote(path):

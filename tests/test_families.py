@@ -108,7 +108,7 @@ def test_a_new_family_record_is_picked_up_by_every_call_site(toy_family):
   assert isinstance(model, ToyNet)
   arch = architecture.architecture(_shapes(model, 32))
   assert (arch.config.family, arch.model_name, arch.num_classes) == ('toy', 'Toy-8', 5)
-  with pytest.raises(CheckpointError, match=r'Swin, ResNet or Toy checkpoint: .*toy_stem/'):
+  with pytest.raises(CheckpointError, match=r'ResNet, EVA or Toy checkpoint: .*toy_stem/'):
     architecture.architecture({'nothing': jnp.zeros(1)})
   assert flops.count_flops(config, 32, 5)['total'] == 2 * 32 * 32 * 3 * 8 + 5
   run = config_lib.get_config()

@@ -59,6 +59,14 @@ OFFICIAL_COUNTS = {
     'Swin-L_4_12': 196_735_516,
     'Swin-testing': 68_612,
     'Swin-FMNIST_2_7': 696_196,  # 568,486 with Fashion-MNIST's 10 classes.
+    # timm 1.0.31's parameter counts of the same architectures (a 1000-class head, 224 px;
+    # `sum(p.numel() for p in timm.create_model(name, num_classes=1000).parameters())`).
+    'eva02_tiny_patch14_224': 5_695_144,
+    'eva02_small_patch14_224': 22_006_120,
+    'eva02_base_patch14_224': 86_527_720,
+    'vit_small_patch16_dinov3': 21_971_944,
+    'vit_base_patch16_dinov3': 86_410_216,
+    'EVA-testing': 156_552,  # This package's test preset: `expected_eva_count`'s formula.
 }
 # The input side a Swin's count is for: its windows clamp (and its bias tables shrink) on maps
 # smaller than the window. The published ones: 224 for window 7, 384 for window 12.
@@ -150,6 +158,30 @@ def expected_swin_count(config, num_classes, image_size):
   return count + _layer_norm(c) + _dense(c, num_classes)
 
 
+def expected_eva_count(config, num_classes, image_size):
+  """The ViT's parts with EVA's: q/v-only or no biases, q/k and attention norms, SwiGLU (gate,
+  up, down, its norm), mixed RoPE's frequencies (width numbers per block), MAP heads."""
+  extras = dict(presets.EVA_EXTRAS, **config.to_dict())
+  d, t = config.hidden_size, config.transformer
+  p, m, heads = config.patches.size[0], t.mlp_dim, t.num_heads
+  prefix = int(config.classifier in presets.CLASS_TOKEN_CLASSIFIERS) + extras['num_registers']
+  tokens = (image_size // p)**2 + (0 if extras['no_embed_class'] else prefix)
+  count = p * p * 3 * d + d * extras['patch_bias'] + prefix * d
+  count += tokens * d * (extras['posemb'] == 'learn') + _layer_norm(d) * extras['norm_pre']
+  biases = {'qkv': 3, 'qv': 2, 'none': 0}[extras['qkv_bias']] * d
+  block = 2 * _layer_norm(d) + 3 * d * d + biases + _dense(d, d)
+  block += 2 * _layer_norm(d // heads) * extras['qk_norm']
+  block += _layer_norm(d) * extras['attention_norm']
+  block += 2 * d * bool(extras['layer_scale']) + d * (extras['rope'] == 'mixed')
+  if extras['mlp'] == 'swiglu':
+    block += 2 * _dense(d, m) + _dense(m, d) + _layer_norm(m) * extras['mlp_norm']
+  else:
+    block += _dense(d, m) + _dense(m, d)
+  count += t.num_layers * block
+  count += _layer_norm(d) * (extras['fc_norm'] or extras['final_norm'])
+  return count + _dense(d, num_classes)
+
+
 def count_size(name):
   """The image side a preset's count is taken at (Swin: its own; the others: 224)."""
   config = models.MODEL_CONFIGS[name]
@@ -161,7 +193,8 @@ def count_size(name):
 def expected_count(name, num_classes=1000, image_size=None):
   config = models.MODEL_CONFIGS[name]
   fn = {'mixer': expected_mixer_count, 'resnet': expected_resnet_count,
-        'swin': expected_swin_count}.get(models.family_of(config), expected_vit_count)
+        'swin': expected_swin_count, 'eva': expected_eva_count}.get(models.family_of(config),
+                                                                     expected_vit_count)
   return fn(config, num_classes, image_size or count_size(name))
 
 
@@ -397,6 +430,8 @@ def test_default_matches_reference_forward(classifier):
 
 def test_presets_leave_extras_off():
   for name, config in models.MODEL_CONFIGS.items():
+    if models.family_of(config) == 'eva':  # Its presets are timm's definitions (test_eva).
+      continue
     for field in ('posemb', 'stochastic_depth', 'dtype', 'remat', 'attention_impl'):
       assert field not in config, (name, field)
   # Explicitly passing the off values changes nothing.

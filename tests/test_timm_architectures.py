@@ -1,10 +1,10 @@
 """timm's architecture table: equal to timm's own definitions; hub folders load by it.
 
-`vit_jax/weights/timm/architectures.json` (read by `timm_architectures`) holds every ViT, DeiT
-and Swin architecture of timm with published weights (170 in timm 1.0.31).
+`vit_jax/weights/timm/architectures.json` (read by `timm_architectures`) holds every ViT, DeiT,
+Swin and eva-module architecture of timm with published weights (235 in timm 1.0.31).
 `test_table_equals_timm` regenerates it in memory from timm and compares every entry;
 `test_file_is_what_the_generator_writes` pins the file's format both ways.
-`test_hub_folder_as_published` covers every entry: the table's entries fall into 38 groups that
+`test_hub_folder_as_published` covers every entry: the table's entries fall into 63 groups that
 differ only in sizes (width, heads, MLP width, depth, patch, image, classes); one architecture
 per group (the smallest, or the one named in NAMED) is built by timm at its real width with one
 block per stage and a 2x2 patch grid (Swin: its window x 32 px), noised, and saved as the hub
@@ -44,7 +44,8 @@ import gen_timm_architectures  # noqa: E402  # A script in benchmarks/, not part
 TABLE = timm_architectures.ARCHITECTURES
 # Fields in which members of one group differ (sizes); everything else is the same.
 SIZES = ('img_size', 'depth', 'depths', 'num_classes', 'embed_dim', 'num_heads', 'mlp_dim',
-         'attn_pool_num_heads', 'attn_pool_mlp_dim', 'patch_size', 'mlp_ratio', 'window_size')
+         'attn_pool_num_heads', 'attn_pool_mlp_dim', 'patch_size', 'mlp_ratio', 'window_size',
+         'num_kv_heads', 'rope_reference', 'weights')
 # Named by issue 40: 14 heads of width 64 (not 16), SigLIP-2's tanh GELU (not exact).
 NAMED = ('vit_so150m_patch16_reg4_gap_256', 'vit_so400m_patch16_siglip_256')
 
@@ -78,7 +79,8 @@ def test_table_equals_timm():
     assert gen_timm_architectures.describe(name) == TABLE[name], name
   defaults = gen_timm_architectures.describe_defaults()
   assert defaults == {'vit': timm_architectures.VIT_DEFAULTS,
-                      'swin': timm_architectures.SWIN_DEFAULTS}
+                      'swin': timm_architectures.SWIN_DEFAULTS,
+                      'eva': timm_architectures.EVA_DEFAULTS}
 
 
 def test_file_is_what_the_generator_writes():
@@ -86,7 +88,8 @@ def test_file_is_what_the_generator_writes():
   path = os.path.join(os.path.dirname(timm_architectures.__file__), 'architectures.json')
   with open(path, encoding='utf-8') as f:
     text = f.read()
-  defaults = {'vit': timm_architectures.VIT_DEFAULTS, 'swin': timm_architectures.SWIN_DEFAULTS}
+  defaults = {'vit': timm_architectures.VIT_DEFAULTS, 'swin': timm_architectures.SWIN_DEFAULTS,
+              'eva': timm_architectures.EVA_DEFAULTS}
   assert gen_timm_architectures.table_text(TABLE, defaults) == text
   assert isinstance(TABLE['swin_tiny_patch4_window7_224']['depths'], tuple)
 
@@ -108,6 +111,8 @@ def hub_folder(name, directory):
   else:
     size = 2 * entry['patch_size']
     kwargs = dict(depth=1, img_size=size)
+  if entry['family'] == 'eva' and entry['block'] == 'EvaBlock':  # Sapiens2: kv heads per block.
+    kwargs['num_kv_heads'] = entry['num_kv_heads']
   torch.manual_seed(0)
   net = timm.create_model(name, pretrained=False, **kwargs)
   with torch.no_grad():
@@ -139,7 +144,7 @@ def test_hub_folder_as_published(name, tmp_path):
   got = jax.jit(lambda p, v: model.apply({'params': p}, v, train=False))(
       loaded.params, jnp.asarray(x))
   assert np.abs(np.asarray(got) - want).max() < 2e-5 * max(1., np.abs(want).max()), name
-  if TABLE[name]['family'] == 'vit':
+  if TABLE[name]['family'] in ('vit', 'eva'):
     check_export(name, loaded, x, want, tmp_path / 'export')
 
 

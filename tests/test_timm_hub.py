@@ -160,7 +160,7 @@ def test_posemb_fitted_to_another_size(tmp_path):
 
 
 @pytest.mark.parametrize('name,kwargs,what', [
-    ('eva02_tiny_patch14_224', {}, 'rotary'),
+    ('eva02_enormous_patch14_clip_224', {}, 'post-norm blocks'),  # EVA's others load (eva).
     ('vit_small_patch16_224', dict(qk_norm=True), 'QK normalisation'),
 ])
 def test_unsupported_models_one_line(name, kwargs, what, tmp_path):

@@ -90,6 +90,8 @@ def refusal(tool: str, family: str) -> Optional[str]:
     return None if vit else 'Features need a Vision Transformer'
   if tool == 'flops':
     return None if record.flops else f'is a {record.title} model'
+  if tool == 'export_timm' and record.timm_writer:  # Its own writer: timm's names for it.
+    return 'exported under its timm architecture'
   if tool == 'export_timm':
     return (f'(a {record.title})' if not record.timm_vit else
             'a ResNet stem' if record.resnet_root else None)

@@ -179,7 +179,9 @@ def with_model(config: ml_collections.ConfigDict, name: str) -> ml_collections.C
   """Sets `config.model` to preset `name` (plus the ViT, ResNet or Swin extras) and the input
   resolution to the model's official fine-tuning one (384px in whole tokens; a Swin's own)."""
   model = presets.get_config(name)
-  model.update(families.FAMILIES[presets.family_of(model)].extras)
+  # The family's extras at their defaults, under what the preset sets (EVA's presets set many).
+  extras = families.FAMILIES[presets.family_of(model)].extras
+  model.update({key: value for key, value in extras.items() if key not in model})
   config.model = model
   config.pp.crop = presets.finetune_resolution(model)
   return config

@@ -256,14 +256,14 @@ def axial_rope_angles(grid_shape: Tuple[int, int], head_dim: int,
   return np.concatenate([rows[:, None] * bands, cols[:, None] * bands], axis=1)[:, None]
 
 
-def init_mixed_rope_freqs(rng: Any, shape: Tuple[int, int, int],
-                          dtype: Dtype = jnp.float32) -> Array:
+def init_mixed_rope_freqs(rng: Any, shape: Tuple[int, int, int], dtype: Dtype = jnp.float32,
+                          temperature: float = ROPE_MIXED_TEMPERATURE) -> Array:
   """Mixed RoPE's starting frequencies, (2, heads, head_dim // 2): per head, the axial
-  magnitudes 10^(-4i / head_dim) along a random direction and the one at right angles to it
-  (x components first, then y), as Heo et al. 2024 and timm's `RotaryEmbeddingMixed` start."""
+  magnitudes temperature^(-4i / head_dim) along a random direction and the one at right angles
+  to it (x components first, then y), as Heo et al. 2024 and timm's `RotaryEmbeddingMixed`
+  start."""
   _, heads, half = shape
-  magnitude = ROPE_MIXED_TEMPERATURE ** -(jnp.arange(0, 2 * half, 4, dtype=jnp.float32)
-                                          / (2 * half))
+  magnitude = temperature ** -(jnp.arange(0, 2 * half, 4, dtype=jnp.float32) / (2 * half))
   angle = jax.random.uniform(rng, (heads, 1), jnp.float32, 0., 2 * np.pi)
   fx = jnp.concatenate([magnitude * jnp.cos(angle), magnitude * jnp.cos(angle + np.pi / 2)], -1)
   fy = jnp.concatenate([magnitude * jnp.sin(angle), magnitude * jnp.sin(angle + np.pi / 2)], -1)
@@ -278,6 +278,44 @@ def mixed_rope_angles(freqs: Array, grid_shape: Tuple[int, int]) -> Array:
   return cols[:, None, None] * freqs[0] + rows[:, None, None] * freqs[1]
 
 
+def rope_coordinates(grid_shape: Tuple[int, int], *, xy: bool = False, offset: float = 0.,
+                     reference: Optional[Tuple[int, int]] = None,
+                     centered: bool = False) -> np.ndarray:
+  """(gh*gw, 2) float32 coordinates of a row-major grid's patches, as timm's `_build_grid`:
+  indices plus `offset`, rescaled so the grid spans `reference` (EVA's `ref_feat_shape`: a
+  fine-tuned grid keeps the pretraining range), or with `centered` (DINOv3) the cell centres
+  in [-1, 1] per axis. Channels are (row, col), or (col, row) with `xy`."""
+  axes = []
+  for side, ref in zip(grid_shape, reference or grid_shape):
+    t = np.arange(side, dtype=np.float32) + np.float32(offset + (0.5 if centered else 0.))
+    if centered:
+      t = t / np.float32(side)
+    elif reference is not None:
+      t = t / np.float32(side) * np.float32(ref)
+    axes.append(t)
+  rows, cols = np.meshgrid(axes[0], axes[1], indexing='ij')
+  coords = np.stack([rows.reshape(-1), cols.reshape(-1)], axis=-1)
+  if centered:
+    coords = np.float32(2.) * coords - np.float32(1.)
+  return np.ascontiguousarray(coords[:, ::-1] if xy else coords)
+
+
+def coordinate_rope_angles(coords: np.ndarray, head_dim: int, temperature: float,
+                           centered: bool = False) -> np.ndarray:
+  """(patches, 1, head_dim // 2) angles of axial RoPE at `coords` (`rope_coordinates`): the
+  first channel's coordinate times the head_dim / 4 bands temperature^(-i / (head_dim / 4)),
+  then the second's (timm's `RotaryEmbeddingCat`); centred coordinates turn 2π per period
+  (`RotaryEmbeddingDinoV3`)."""
+  bands = head_dim // 4
+  exponent = np.arange(bands, dtype=np.float32) / np.float32(bands)
+  if centered:
+    periods = np.float32(temperature) ** exponent
+    angles = np.float32(2 * np.pi) * coords[:, :, None] / periods
+  else:
+    angles = coords[:, :, None] * (np.float32(1.) / np.float32(temperature) ** exponent)
+  return angles.reshape(coords.shape[0], 1, 2 * bands).astype(np.float32)
+
+
 def sequence_angles(angles: Array, num_prefix: int, length: int,
                     keep: Optional[Array] = None) -> Array:
   """The grid's `angles` (patches, heads or 1, head_dim // 2) placed in a sequence of `length`
@@ -289,11 +327,16 @@ def sequence_angles(angles: Array, num_prefix: int, length: int,
   return jnp.pad(angles, ((0, 0), (num_prefix, after), (0, 0), (0, 0)))
 
 
-def rotate(x: Array, angles: Array) -> Array:
+def rotate(x: Array, angles: Array, half: bool = False) -> Array:
   """Rotates each pair of channels (0, 1), (2, 3), ... of `x` (batch, tokens, heads, head_dim)
   by its angle in `angles` (batch or 1, tokens, heads or 1, head_dim // 2), in timm's
-  interleaved layout (`apply_rot_embed`): out = x cos + (-x1, x0, -x3, x2, ...) sin."""
+  interleaved layout (`apply_rot_embed`): out = x cos + (-x1, x0, -x3, x2, ...) sin. With
+  `half` the pairs are (i, i + head_dim / 2) instead (timm's `rotate_half`, DINOv3's)."""
   cos, sin = jnp.cos(angles), jnp.sin(angles)
+  if half:
+    first, second = jnp.split(x, 2, axis=-1)
+    return jnp.concatenate([first * cos - second * sin, second * cos + first * sin],
+                           axis=-1).astype(x.dtype)
   pairs = x.reshape(*x.shape[:-1], -1, 2)
   even, odd = pairs[..., 0], pairs[..., 1]
   rotated = jnp.stack([even * cos - odd * sin, odd * cos + even * sin], axis=-1)

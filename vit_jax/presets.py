@@ -41,6 +41,7 @@ OFFICIAL_MEAN = OFFICIAL_STD = (0.5, 0.5, 0.5)
 VIT_EXTRAS = families.VIT_EXTRAS
 RESNET_EXTRAS = families.RESNET_EXTRAS
 SWIN_EXTRAS = families.SWIN_EXTRAS
+EVA_EXTRAS = families.EVA_EXTRAS
 # The family records by name (iterating it gives the names).
 FAMILIES = families.FAMILIES
 
@@ -137,7 +138,7 @@ def num_prefix_tokens(model_config: Any) -> int:
 
 
 # Classifiers that put a class token before the patch grid.
-CLASS_TOKEN_CLASSIFIERS = ('token', 'token_unpooled', 'token_gap')
+CLASS_TOKEN_CLASSIFIERS = ('token', 'token_unpooled', 'token_gap', 'token_map')
 
 
 def prefix_token_count(classifier: str, distilled: bool, num_registers: int) -> int:

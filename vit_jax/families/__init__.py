@@ -16,6 +16,7 @@ families", shows the record.
 
 from typing import Dict
 
+from vit_jax.families import eva
 from vit_jax.families import hybrid
 from vit_jax.families import mixer
 from vit_jax.families import resnet
@@ -23,11 +24,13 @@ from vit_jax.families import swin
 from vit_jax.families import vit
 from vit_jax.families.record import Family, resolve
 
-__all__ = ['Family', 'FAMILIES', 'resolve', 'VIT_EXTRAS', 'RESNET_EXTRAS', 'SWIN_EXTRAS']
+__all__ = ['Family', 'FAMILIES', 'resolve', 'VIT_EXTRAS', 'RESNET_EXTRAS', 'SWIN_EXTRAS',
+           'EVA_EXTRAS']
 
 VIT_EXTRAS = vit.EXTRAS
 RESNET_EXTRAS = resnet.EXTRAS
 SWIN_EXTRAS = swin.EXTRAS
+EVA_EXTRAS = eva.EXTRAS
 
 
 def _register(*records: Family) -> Dict[str, Family]:
@@ -41,4 +44,5 @@ FAMILIES: Dict[str, Family] = _register(
     mixer.FAMILY,
     swin.FAMILY,
     resnet.FAMILY,
+    eva.FAMILY,
 )

@@ -41,6 +41,8 @@ class Family:
       (what that writer cannot represent, such as a ResNet root, it still refuses in one line).
     presets: its named model configs (`presets.MODEL_CONFIGS` registers them), from its
       folder's `presets.py`; each declares `family`.
+    timm_writer: 'package.module' of its own timm module where timm keeps the family apart
+      from its ViT (`export_args`, `export_state`: what `weights.timm.export` writes), or None.
   """
 
   name: str
@@ -60,6 +62,7 @@ class Family:
   masked_pretraining: bool = False
   timm_vit: bool = False
   presets: Tuple[ml_collections.ConfigDict, ...] = ()
+  timm_writer: Optional[str] = None
 
 
 def resolve(dotted: str) -> Any:

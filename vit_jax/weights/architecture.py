@@ -107,13 +107,13 @@ def reader_of(family: str) -> ShapeReader:
 
 
 def shape_readers() -> Tuple[ShapeReader, ...]:
-  """Every family's reader, each once, in the records' order."""
+  """Every family's reader, each once, in the records' order (the `first` ones first)."""
   readers = []
   for family in families.FAMILIES:
     reader = reader_of(family)
     if reader not in readers:
       readers.append(reader)
-  return tuple(readers)
+  return tuple(sorted(readers, key=lambda r: not r.first))
 
 
 def architecture(params: Mapping[str, Any]) -> Architecture:

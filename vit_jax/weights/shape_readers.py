@@ -58,6 +58,8 @@ class ShapeReader:
       warned about (`loading.fit_source`), since the shapes fit either way.
     fit: (restored tree, the model's tree) → the restored tree with its family's tables fitted
       to the model's (Swin: relative-position tables to another window; `surgery`).
+    first: its marks narrow another family's (an EVA tree is a ViT tree with more), so it is
+      asked before the others.
   """
 
   marks: str
@@ -71,3 +73,4 @@ class ShapeReader:
       lambda declared, found: declared)
   unseen: Tuple[str, ...] = ()
   fit: Callable[[Any, Mapping[str, Any]], Any] = lambda restored, like: restored
+  first: bool = False

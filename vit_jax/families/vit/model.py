@@ -99,8 +99,11 @@ class VisionTransformer(nn.Module):
   fc_norm: bool = False
   patch_bias: bool = True
 
+  # The pooling kinds this class runs (a family's subclass may run others).
+  classifier_choices = CLASSIFIERS
+
   def __post_init__(self):
-    _check_choice('classifier', self.classifier, CLASSIFIERS)
+    _check_choice('classifier', self.classifier, self.classifier_choices)
     _check_choice('posemb', self.posemb, position_embeddings.POSEMB_KINDS)
     _check_choice('attention_impl', self.attention_impl, tuple(ops.ATTENTION_FNS))
     _check_choice('activation', self.activation, tuple(ops.ACTIVATIONS))

@@ -5,12 +5,13 @@ The JSON file is generated from timm's own model definitions (do not edit it; re
 against the installed timm). It is data, so it lives beside this module rather than in it.
 
 `ARCHITECTURES[name]` describes the model `timm.create_model(name)` builds: ViTs (family
-'vit': modules vision_transformer and deit) and Swin v1 (family 'swin'). Activation names are
+'vit': modules vision_transformer and deit), Swin v1 (family 'swin') and the eva module (family
+'eva', with `weights`: each published weight's input size, mean and std). Activation names are
 this package's (`gelu` exact, `gelu_tanh`, `quick_gelu`); `norm_eps` is the blocks' LayerNorm
 epsilon; `mlp_dim` the hidden width of the blocks' MLP; `None` means the model has no such part
-(fused parallel blocks, no attention pooling). `VIT_DEFAULTS` and `SWIN_DEFAULTS` describe
-timm's `VisionTransformer()` and `SwinTransformer()` built with their constructors' defaults
-alone. `TIMM_VERSION` is the timm the table was generated under.
+(fused parallel blocks, no attention pooling). `VIT_DEFAULTS`, `SWIN_DEFAULTS` and
+`EVA_DEFAULTS` describe timm's `VisionTransformer()`, `SwinTransformer()` and `Eva()` built with
+their constructors' defaults alone. `TIMM_VERSION` is the timm the table was generated under.
 """
 
 import importlib.resources
@@ -33,5 +34,6 @@ _TABLE = _read()
 TIMM_VERSION: str = _TABLE['timm_version']
 VIT_DEFAULTS: Dict[str, Any] = _tuples(_TABLE['vit_defaults'])
 SWIN_DEFAULTS: Dict[str, Any] = _tuples(_TABLE['swin_defaults'])
+EVA_DEFAULTS: Dict[str, Any] = _tuples(_TABLE['eva_defaults'])
 ARCHITECTURES: Dict[str, Dict[str, Any]] = {
     name: _tuples(entry) for name, entry in _TABLE['architectures'].items()}

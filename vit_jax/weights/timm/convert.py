@@ -15,6 +15,7 @@ import re
 from typing import Any, List, Mapping, Optional, Tuple
 
 from vit_jax.weights import architecture
+from vit_jax.families.eva import timm as eva_timm
 from vit_jax.families.swin import timm as swin_timm
 from vit_jax.weights.timm import files as timm_files
 from vit_jax.families.vit import timm as timm_vit
@@ -63,7 +64,6 @@ def load_as_checkpoint(path_or_name: str) -> Converted:
 
 
 _UNSUPPORTED_NAMES = (
-    ('eva', 'rotary position embeddings and SwiGLU MLPs (EVA)'),
     ('swinv2', 'Swin v2 attention (scaled cosine, continuous position bias)'),
     ('beit', 'relative position bias (BEiT)'),
     ('convnext', 'a ConvNeXt (no transformer)'), ('levit', 'LeViT attention'),
@@ -117,6 +117,9 @@ def convert_swin(state_dict: StateDict, timm_config: Optional[dict]) -> Converte
 
 
 CONVERTERS: List[Converter] = [
+    # Before the ViT's: a file without config.json with EVA's parameters is EVA's to refuse.
+    Converter('EVA (EVA-02, DINOv3, Perception Encoder, RoPE ViTs)', eva_timm.is_eva,
+              eva_timm.convert_eva),
     Converter('ViT (AugReg, DeiT, DeiT-III, DINOv2, CLIP, SigLIP, MAE)', timm_vit.is_vit,
               timm_vit.convert_vit),
     Converter('Swin Transformer v1', _is_swin, convert_swin),

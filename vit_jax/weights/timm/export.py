@@ -4,6 +4,7 @@
 **model_args)` (both from the written config.json) then loads them in PyTorch.
 """
 
+import importlib
 import json
 import math
 import os
@@ -110,12 +111,10 @@ def export(params: Mapping[str, Any], model_config: Mapping[str, Any], directory
   `label_names`; timm reads them into `pretrained_cfg`).
   """
   from safetensors.numpy import save_file
-  name, args = timm_model_args(model_config, num_classes, image_size)
-  state = timm_vit.vit_flat_to_state(npz_format.flatten(params))
+  name, args, state, pool = _timm_weights(params, model_config, num_classes, image_size)
   config = dict(
       architecture=name, num_classes=int(num_classes),
-      num_features=int(model_config['hidden_size']),
-      global_pool=_timm_pool(model_config['classifier'])[1], model_args=args,
+      num_features=int(model_config['hidden_size']), global_pool=pool, model_args=args,
       pretrained_cfg=dict(input_size=[3, int(image_size), int(image_size)],
                           fixed_input_size=True, interpolation='bilinear', crop_pct=1.0,
                           crop_mode='center', mean=list(mean), std=list(std),
@@ -134,6 +133,21 @@ def export(params: Mapping[str, Any], model_config: Mapping[str, Any], directory
     write(tmp)
     os.replace(tmp, path)
   return directory
+
+
+def _timm_weights(params: Mapping[str, Any], model_config: Mapping[str, Any], num_classes: int,
+                  image_size: int) -> Tuple[str, Dict[str, Any], Dict[str, Any], str]:
+  """(architecture, model_args, state dict, global_pool): by the family's own timm writer
+  where its record names one (timm keeps it apart from its ViT), else by timm's ViT."""
+  writer = presets.record_of(model_config).timm_writer
+  if writer is None:
+    name, args = timm_model_args(model_config, num_classes, image_size)
+    state = timm_vit.vit_flat_to_state(npz_format.flatten(params))
+    return name, args, state, _timm_pool(model_config['classifier'])[1]
+  family = importlib.import_module(writer)
+  name, args, entry = family.export_args(model_config, num_classes, image_size)
+  state = family.export_state(params, model_config, entry, num_classes)
+  return name, args, state, args.get('global_pool', entry['global_pool'])
 
 
 def _write_json(data: Any, path: str) -> None:
