@@ -5,6 +5,9 @@ The per-group logit and export checks against timm are tests/test_timm_architect
 tests/test_conformance.py's; here what those do not pin.
 """
 
+import json
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -150,3 +153,58 @@ def test_hub_folder_fine_tunes_at_another_grid(tmp_path):
   model = models.get_model(loaded.config, num_classes=loaded.num_classes)
   out = model.apply({'params': loaded.params}, jnp.ones((1, 42, 42, 3)), train=False)
   assert out.shape == (1, 192) and np.isfinite(np.asarray(out)).all()
+
+
+def test_dinov3_hub_folder_through_the_tools(tmp_path, capsys):
+  """A DINOv3 folder (4 registers, no position table) as timm saves it: features equal timm's
+  pooled features and tokens at its published 256 px, analyze maps the 16x16 patch grid with the
+  five prefix tokens left out, flops counts it, few-shot reads it."""
+  torch = pytest.importorskip('torch')
+  timm = pytest.importorskip('timm')
+  from PIL import Image
+  from timm.models import save_for_hf
+  from vit_jax.data import image_ops
+  from vit_jax.tools import analyze, cli, features, fewshot, flops
+  from vit_jax.weights import loading
+  torch.manual_seed(0)
+  net = timm.create_model('vit_small_patch16_dinov3', pretrained=False, depth=1, img_size=32)
+  with torch.no_grad():
+    for p in net.parameters():
+      p.add_(0.2 * torch.randn_like(p))
+  hub = str(tmp_path / 'hub')
+  save_for_hf(net.eval(), hub, safe_serialization=True)
+  rng = np.random.default_rng(0)
+  for split in ('train', 'test'):
+    for name in ('a', 'b'):
+      os.makedirs(tmp_path / 'data' / split / name)
+      for i in range(3):
+        Image.fromarray(rng.integers(0, 256, (40, 40, 3), np.uint8)).save(
+            tmp_path / 'data' / split / name / f'{i}.png')
+  image = str(tmp_path / 'data' / 'test' / 'a' / '0.png')
+  loaded = loading.load_model(hub)
+  # What the tools feed it: the folder's size (256) and normalisation (ImageNet's).
+  x = image_ops.load_images([image], loaded.image_size, loaded.mean, loaded.std)
+  got = features.extract_features(loaded.model, loaded.params, x)
+  with torch.no_grad():
+    tokens = net.forward_features(torch.from_numpy(x.transpose(0, 3, 1, 2).copy()).float())
+    pooled = net.forward_head(tokens, pre_logits=True).numpy()
+  scale = 2e-5 * max(1., float(np.abs(tokens.numpy()).max()))  # As the logit tests.
+  np.testing.assert_allclose(np.asarray(got.tokens), tokens.numpy(), atol=scale)
+  np.testing.assert_allclose(np.asarray(got.pre_logits), pooled, atol=scale)
+  assert got.tokens.shape == (1, 1 + 4 + 16 * 16, 384)
+
+  def call(tool, *args):
+    rc = cli.call(tool, [tool.__name__.rsplit('.', 1)[-1], *args])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    return out
+
+  call(analyze, f'--checkpoint={hub}', f'--out={tmp_path / "an"}', image)
+  with open(tmp_path / 'an' / 'analysis.json') as f:
+    result = json.load(f)
+  maps = list(result['attention_rollout'].values())
+  assert len(maps) == 1 and np.asarray(maps[0]).shape == (16, 16)
+  assert 'at 256x256' in call(flops, f'--checkpoint={hub}')
+  out = call(fewshot, f'--checkpoint={hub}', f'--dataset={tmp_path / "data"}', '--json',
+             '--shots=1', '--seeds=1', '--holdout=1', '--l2_regs=1', '--batch_size=4')
+  assert [r['shots'] for r in json.loads(out)['results']] == [1]
