@@ -208,3 +208,22 @@ def test_dinov3_hub_folder_through_the_tools(tmp_path, capsys):
   out = call(fewshot, f'--checkpoint={hub}', f'--dataset={tmp_path / "data"}', '--json',
              '--shots=1', '--seeds=1', '--holdout=1', '--l2_regs=1', '--batch_size=4')
   assert [r['shots'] for r in json.loads(out)['results']] == [1]
+
+
+def test_what_the_weights_cannot_tell_is_asked_for_in_one_line(tmp_path):
+  """A bare EVA file (no config.json) cannot tell its rotary embedding: one line asks for the
+  architecture. A config.json without pretrained_cfg takes the architecture's published mean,
+  std and size (listed as assumed) when its weights all agree."""
+  from safetensors.numpy import save_file
+  from vit_jax.weights import loading
+  from vit_jax.weights.npz_format import CheckpointError
+  entry = TABLE['vit_small_patch16_dinov3']
+  state = {k: np.asarray(v, np.float32) for k, v in _state_like(entry).items()}
+  state['blocks.0.attn.qkv.weight'] = np.zeros((3 * 384, 384), np.float32)
+  save_file(state, str(tmp_path / 'bare.safetensors'))
+  with pytest.raises(CheckpointError) as e:
+    loading.load_model(str(tmp_path / 'bare.safetensors'))
+  assert '"architecture"' in str(e.value) and '\n' not in str(e.value)
+  mean, std, size, assumed = eva_timm._preprocessing(
+      {'architecture': 'vit_small_patch16_dinov3'}, entry)
+  assert (mean, size) == ((0.485, 0.456, 0.406), 256) and 'no pretrained_cfg' in assumed[0]
