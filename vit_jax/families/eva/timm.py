@@ -236,24 +236,19 @@ _SPLITS = {'qkv': ('query', 'key', 'value'), 'kv': ('key', 'value'), 'glu': ('ga
 
 
 def _heads(path: str, config: Mapping[str, Any]) -> int:
-  return config['map_heads'] or config['transformer']['num_heads'] if path.startswith(
-      'MAPHead_0') else config['transformer']['num_heads']
+  pooling = path.startswith('MAPHead_0') and config['map_heads']
+  return pooling or config['transformer']['num_heads']
 
 
 def _to_flax(kind: str, a: np.ndarray, heads: int) -> Dict[str, np.ndarray]:
   """{leaf below the rule's path ('' = the path): array} of timm array `a`."""
-  if kind == 'copy':
-    return {'': a}
-  if kind == 'dense':
-    return {'': a.T}
-  if kind == 'conv':  # (out, in, h, w) → HWIO.
-    return {'': a.transpose(2, 3, 1, 0)}
-  if kind == 'out':  # (D, heads*hd) → (heads, hd, D).
-    return {'': a.T.reshape(heads, -1, a.shape[0])}
-  if kind == 'heads_in':  # (heads*hd, D) → (D, heads, hd).
-    return {'': a.T.reshape(a.shape[1], heads, -1)}
-  if kind == 'heads_bias':
-    return {'': a.reshape(heads, -1)}
+  single = {'copy': lambda: a, 'dense': lambda: a.T,
+            'conv': lambda: a.transpose(2, 3, 1, 0),  # (out, in, h, w) → HWIO.
+            'out': lambda: a.T.reshape(heads, -1, a.shape[0]),  # (D, H*hd) → (H, hd, D).
+            'heads_in': lambda: a.T.reshape(a.shape[1], heads, -1),  # (H*hd, D) → (D, H, hd).
+            'heads_bias': lambda: a.reshape(heads, -1)}
+  if kind in single:
+    return {'': single[kind]()}
   if kind == 'per_block_freqs':  # (2, depth, heads, hd/2) → each block's (2, heads, hd/2).
     return {f'encoderblock_{i}/rope_freqs': a[:, i] for i in range(a.shape[1])}
   split, leaf = kind.split('_')
