@@ -262,6 +262,7 @@ def check_run_normalization(workdir, folder, config, tmp_path):
   import glob
   from vit_jax.tools import export_timm
   from vit_jax import input_pipeline
+  from vit_jax.training import settings
   from vit_jax.training import from_checkpoint
   from vit_jax.training import run_record
   with open(os.path.join(folder, 'config.json')) as f:
@@ -280,7 +281,7 @@ def check_run_normalization(workdir, folder, config, tmp_path):
     assert (tuple(resumed.pp.mean), tuple(resumed.pp.std)) == (mean, std)
   finally:
     os.rename(moved, folder)
-  eval_data = input_pipeline.get_eval_data(normalised)
+  eval_data = input_pipeline.get_eval_data(settings.data(normalised))
   fed = np.concatenate([b['image'] for b in eval_data.dataset.as_numpy_iterator()])
   files = sorted(glob.glob(os.path.join(config.dataset, 'test', '*', '*.png')))
   want = np.stack([image_ops.preprocess(image_ops.read_image(f), 56, mean, std) for f in files])

@@ -19,6 +19,7 @@ import forked
 from vit_jax.weights import resume
 from vit_jax import config_lib
 from vit_jax import input_pipeline
+from vit_jax.training import settings
 from vit_jax import models
 from vit_jax.training import losses
 from vit_jax.training import optim
@@ -188,12 +189,12 @@ def stream_config(dataset, **overrides):
 
 def test_mixup_leaves_the_per_process_streams_a_split_of_the_global_one(tmp_path):
   config = stream_config(write_image_dataset(str(tmp_path / 'data')), mixup=0.5)
-  single = next(input_pipeline.get_train_data(config))
+  single = next(input_pipeline.get_train_data(settings.data(config)))
   parts = []
   for index in range(2):
     with mock.patch.object(jax, 'process_count', return_value=2), \
          mock.patch.object(jax, 'process_index', return_value=index):
-      parts.append(next(input_pipeline.get_train_data(config)))
+      parts.append(next(input_pipeline.get_train_data(settings.data(config))))
   for key in ('image', 'label'):
     np.testing.assert_array_equal(np.concatenate([p[key] for p in parts]), single[key])
 
@@ -274,7 +275,7 @@ def test_eval_loss_is_the_training_loss_kind(tmp_path, mock_cifar10):
   model = models.get_model(config.model, num_classes=10)
   params = final_params(workdir)
   total, count = 0., 0.
-  for batch in input_pipeline.get_eval_data(config).batches():
+  for batch in input_pipeline.get_eval_data(settings.data(config)).batches():
     logits = model.apply({'params': params}, batch['image'], train=False)
     losses = optax.sigmoid_binary_cross_entropy(logits, batch['label']).sum(-1)
     total += float(jnp.sum(losses * batch['mask']))

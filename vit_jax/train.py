@@ -33,6 +33,7 @@ from vit_jax.training import parallel
 from vit_jax.training import plotting
 from vit_jax.training import progress as progress_lib
 from vit_jax.training import run_record
+from vit_jax.training import settings
 from vit_jax.training import stages
 from vit_jax.training import state as state_lib
 from vit_jax.training import stop as stop_lib
@@ -95,7 +96,7 @@ def make_train_step(model: Any, tx: optax.GradientTransformation, config: Any, m
   ema_decay = config.ema_decay
   mixup_alpha = float(config.mixup)
   objective = masked.objective(config, model)  # Self-supervised: the images are the targets.
-  normalize = input_pipeline.device_normalize(config)  # uint8 batches: normalised here.
+  normalize = input_pipeline.device_normalize(settings.data(config))  # uint8: normalised here.
 
   def loss_fn(params, images, labels, rng, teacher_params):
     if objective is not None:
@@ -187,8 +188,9 @@ def evaluate(eval_step: Callable, params: Any, eval_data: Any, mesh: Mesh) -> Di
 
 def get_eval_splits(config: Any) -> Dict[str, Any]:
   """{'test': pp.test} plus 'val' (pp.val) and 'train' (pp.train_eval) when set, as EvalData."""
-  specs = dict(test=config.pp.test, val=config.pp.val, train=config.pp.train_eval)
-  return {name: input_pipeline.get_eval_data(config, spec) for name, spec in specs.items() if spec}
+  data = settings.data(config)
+  specs = dict(test=data.test, val=data.val, train=data.train_eval)
+  return {name: input_pipeline.get_eval_data(data, spec) for name, spec in specs.items() if spec}
 
 
 def run_eval(trainer: state_lib.Trainer, eval_step: Callable, state: State,
@@ -285,10 +287,11 @@ def _train_loop(trainer: state_lib.Trainer, state: State, start: int,
   teacher = distill.load_teacher(config, trainer.info.num_classes, trainer.mesh)
   train_step = make_train_step(trainer.model, trainer.tx, config, trainer.mesh,
                                state_lib.state_shardings(trainer), teacher)
-  fewshot_eval = fewshot.make_hook(config, trainer.model, trainer.mesh,
+  fs, data = settings.fewshot(config), settings.data(config)
+  fewshot_eval = fewshot.make_hook(fs, data, trainer.model, trainer.mesh,
                                    state_lib.state_shardings(trainer)['params'])
-  batches = parallel.device_prefetch(input_pipeline.get_train_data(config, start_batch=start),
-                            trainer.mesh, config.prefetch)
+  batches = parallel.device_prefetch(input_pipeline.get_train_data(data, start_batch=start),
+                                     trainer.mesh, config.prefetch)
   stop = stop_lib.StopSignal()
   nonfinite, checked_step, result = jnp.zeros((), bool), start, {}
   try:
@@ -313,7 +316,7 @@ def _train_loop(trainer: state_lib.Trainer, state: State, start: int,
       # After SIGTERM the grace period goes to the checkpoint, not to an eval due at this step.
       if _is_due(step, config.eval_every, total) and not stopping:
         result = run_eval(trainer, eval_step, state, eval_data, progress, step)
-      if fewshot_eval and fewshot.is_due(step, config, total) and not stopping:
+      if fewshot_eval and fewshot.is_due(step, fs, config.eval_every, total) and not stopping:
         progress.write(step, fewshot_eval(export.final_params(state), step))
       if stopping:
         manager.wait_until_finished()
@@ -399,7 +402,8 @@ def check_inputs(config: ml_collections.ConfigDict, workdir: str) -> None:
   for stage_config, stage_dir in runs:
     run_record.check(stage_config, stage_dir)
   for stage_config, _ in runs[1:]:  # pretrain_then_finetune's stage 2.
-    fewshot.check_datasets(stage_config, fewshot.config_flags('--config.finetune.'))
+    fewshot.check_datasets(settings.fewshot(stage_config), settings.data(stage_config),
+                           fewshot.config_flags('--config.finetune.'))
 
 
 __all__ = ['train_and_evaluate', 'pretrain_then_finetune', 'make_train_step', 'make_eval_step',

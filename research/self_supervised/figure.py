@@ -27,6 +27,8 @@ from absl import app
 from absl import flags
 
 from vit_jax import input_pipeline
+
+from vit_jax.training import settings
 from vit_jax.weights import resume
 from vit_jax.training import mae
 from vit_jax.training import masked
@@ -93,7 +95,7 @@ def test_images(config: ml_collections.ConfigDict, count: int, split: str) -> np
   """The first `count` images of `split`, preprocessed as the run's eval (crop, mean/std)."""
   config = ml_collections.ConfigDict(config.to_dict())
   config.batch_eval = count
-  batch = next(input_pipeline.get_eval_data(config, f'{split}[:{count}]').batches())
+  batch = next(input_pipeline.get_eval_data(settings.data(config), f'{split}[:{count}]').batches())
   return batch['image'][:count]
 
 

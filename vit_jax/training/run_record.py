@@ -34,6 +34,7 @@ from vit_jax.weights.timm import files as timm_files
 from vit_jax.weights.architecture import plain_config
 from vit_jax.data import image_ops
 from vit_jax.training import parallel
+from vit_jax.training import settings
 
 RECORD_FILE = 'run.json'
 # Config fields a rerun may change without changing what the weights are trained on or with:
@@ -151,7 +152,7 @@ def check(config: ml_collections.ConfigDict, workdir: str) -> Checked:
   record = read(workdir) if has_trained(workdir) else None
   if record is None:  # The dataset is described when the run starts (after its preflight).
     return Checked(None, None, [])
-  dataset = input_pipeline.dataset_identity(config)
+  dataset = input_pipeline.dataset_identity(settings.data(config))
   changes = differences(record, config, dataset)
   if changes:
     logging.warning('%s was trained on other inputs than this run: %s', workdir,
@@ -245,7 +246,7 @@ def write(workdir: str, checked: Checked, user: ml_collections.ConfigDict,
         'time': _now(), 'changes': checked.changes}]
     # The head keeps what it was trained on unless it trains on the new labels from here.
     head = list(class_names) if start < total else record['class_names']
-  dataset = checked.dataset or input_pipeline.dataset_identity(user)
+  dataset = checked.dataset or input_pipeline.dataset_identity(settings.data(user))
   new = {
       'dataset': dataset, 'config': _plain(user), 'class_names': head,
       'model': _plain(config.model),

@@ -29,6 +29,7 @@ from vit_jax.training import from_checkpoint
 from vit_jax.training import masked
 from vit_jax.training import optim
 from vit_jax.training import parallel
+from vit_jax.training import settings
 
 State = Dict[str, Any]
 
@@ -84,7 +85,7 @@ def preflight(config: Any, *, needs_pretrained: bool) -> Any:
   """Checks the dataset and the pretrained checkpoint together; one error names all missing."""
   problems, info = [], None
   try:
-    info = input_pipeline.get_dataset_info(config)
+    info = input_pipeline.get_dataset_info(settings.data(config))
   except input_pipeline.SplitOverlapError:
     raise  # Not a missing input: its own line.
   except ValueError as e:
@@ -129,7 +130,8 @@ def build_trainer(config: Any, *, needs_pretrained: bool = True) -> Trainer:
   validate_config(config, mesh)
   info = preflight(config, needs_pretrained=needs_pretrained)
   check_classes(config, info)
-  fewshot.check_datasets(config)  # Its needs, now: not at its first evaluation, steps later.
+  # Its needs, now: not at its first evaluation, steps later.
+  fewshot.check_datasets(settings.fewshot(config), settings.data(config))
   steps = total_steps(config, info.num_train_examples)
   schedule = optim.learning_rate_schedule(
       total_steps=steps, base_lr=config.base_lr, decay_type=config.decay_type,
