@@ -10,7 +10,7 @@ import pytest
 
 from vit_jax import checkpoint
 from vit_jax import config_lib
-from vit_jax.weights import store
+from vit_jax.training import settings
 from vit_jax.tools import cli
 from vit_jax.tools import predict
 
@@ -50,7 +50,7 @@ def test_a_pytorch_pickle_is_one_line_saying_how_to_convert_and_never_unpickled(
   config = config_lib.get_config()
   config.pretrained_path = source  # Fine-tuning from it: the same line, before any training.
   with pytest.raises(checkpoint.CheckpointError, match='only safetensors weights are read'):
-    store.pretrained_path(config)
+    settings.read(config).pretrained_location()
   assert not marker.exists()
 
 
