@@ -106,7 +106,7 @@ def teacher_logits(teacher: Teacher, teacher_params: Any, images: jax.Array) -> 
 
 
 def validate(settings: Distill) -> None:
-  """One-line errors for distillation settings (called with the rest of `validate_config`)."""
+  """One-line errors for distillation settings (called with the rest of `state.validate_run`)."""
   if not settings.teacher_path:
     return
   config_lib.check_choice('distill.kind', settings.kind)
