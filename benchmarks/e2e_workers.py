@@ -80,12 +80,13 @@ def jax_worker(spec: Dict[str, Any]) -> None:
   from vit_jax import config_lib, train  # noqa: PLC0415
   from vit_jax.tools import flops  # noqa: PLC0415
   from vit_jax.training import parallel, state as state_lib  # noqa: PLC0415
+  from vit_jax.training import settings  # noqa: PLC0415
   path, arg = spec['config'].split(':', 1)
   config = apply_overrides(config_lib.load_config_module(path).get_config(arg),
                            spec['overrides'])
-  trainer = state_lib.build_trainer(config, needs_pretrained=False)
+  trainer = state_lib.build_trainer(settings.read(config), needs_pretrained=False)
   state = {'now': state_lib.init_state(trainer)}
-  step_fn = train.make_train_step(trainer.model, trainer.tx, config, trainer.mesh,
+  step_fn = train.make_train_step(trainer.model, trainer.tx, settings.read(config), trainer.mesh,
                                   state_lib.state_shardings(trainer))
   rng = np.random.default_rng(0)
   b, crop, classes = spec['batch'], spec['crop'], trainer.info.num_classes

@@ -77,19 +77,20 @@ def measure(crop: int, steps: int, warmup: int) -> dict:
   from vit_jax import train
   from vit_jax.training import optim
   from vit_jax.training import parallel
+  from vit_jax.training import settings
   from vit_jax import config_lib
   quickstart = config_lib.load_config_module(QUICKSTART)
   config = quickstart.get_config().pretrain.copy_and_resolve_references()
   config.unlock()
   config.pp.crop = crop
   model = models.get_model(config.model, num_classes=10)
-  tx = optim.make_optimizer(config, optax.constant_schedule(1e-3))
+  tx = optim.make_optimizer(settings.optimizer(config), optax.constant_schedule(1e-3))
   mesh = parallel.make_mesh()
   key = jax.random.key(0)
   params = model.init(key, jnp.zeros((1, crop, crop, 3)), train=False)['params']
   state = {'params': params, 'opt_state': tx.init(params), 'step': jnp.zeros((), jnp.int32),
            'rng': jax.random.key_data(key)}
-  step = train.make_train_step(model, tx, config, mesh)
+  step = train.make_train_step(model, tx, settings.read(config), mesh)
   rng = np.random.default_rng(0)
   batch = parallel.put_batch({
       'image': rng.normal(size=(config.batch, crop, crop, 3)).astype(np.float32),

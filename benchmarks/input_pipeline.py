@@ -125,6 +125,7 @@ def main(argv) -> None:
   import tensorflow as tf  # noqa: PLC0415  # After pinning, so its pools size to the cores.
   import tensorflow_datasets as tfds  # noqa: PLC0415
   from vit_jax import config_lib, input_pipeline  # noqa: PLC0415
+  from vit_jax.training import settings  # noqa: PLC0415
   root = _WORKDIR.value or tempfile.mkdtemp(prefix='pipeline_bench_')
   if not os.path.isdir(os.path.join(root, 'train')):
     _write_jpegs(root, _IMAGES.value)
@@ -149,7 +150,7 @@ def main(argv) -> None:
       config.pp.update(dict(train='train', crop=crop, train_aug='inception'))
       if _UINT8.value:  # Else the field keeps its default (older code has no such field).
         config.pp.uint8_batches = True
-      return input_pipeline.get_train_data(config)
+      return input_pipeline.get_train_data(settings.data(config))
     return make
 
   pipelines = {

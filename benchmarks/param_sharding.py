@@ -28,11 +28,12 @@ def measure(mode: str, model_name: str, image: int, batch: int, steps: int) -> d
   import numpy as np
   from vit_jax import config_lib, models, train
   from vit_jax.training import optim, parallel
+  from vit_jax.training import settings
   config = config_lib.with_model(config_lib.get_config(), model_name)
   config.update(dict(accum_steps=1, optim='adamw', optim_dtype='float32', param_sharding=mode))
   mesh = parallel.make_mesh()
   model = models.get_model(config.model, num_classes=1000)
-  tx = optim.make_optimizer(config, optim.learning_rate_schedule(
+  tx = optim.make_optimizer(settings.optimizer(config), optim.learning_rate_schedule(
       total_steps=100, base_lr=1e-3, decay_type='cosine', warmup_steps=1))
 
   def make_state():
@@ -48,7 +49,7 @@ def measure(mode: str, model_name: str, image: int, batch: int, steps: int) -> d
   data = parallel.put_batch({
       'image': np.zeros((batch, image, image, 3), np.float32),
       'label': np.eye(1000, dtype=np.float32)[np.zeros(batch, int)]}, mesh)
-  step = train.make_train_step(model, tx, config, mesh, shardings)
+  step = train.make_train_step(model, tx, settings.read(config), mesh, shardings)
   # make_train_step returns a closure over its jitted step (it passes the teacher's params):
   # jit it again, with the same donation, to compile the same program and read its buffers.
   memory = jax.jit(step, donate_argnums=(0,)).lower(state, data).compile().memory_analysis()

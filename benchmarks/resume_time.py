@@ -11,6 +11,7 @@ from absl import flags
 
 from vit_jax import config_lib
 from vit_jax import input_pipeline
+from vit_jax.training import settings
 
 _DATASET = flags.DEFINE_string('dataset', 'fashion_mnist', 'TFDS name or image folder.')
 _TFDS_DATA_DIR = flags.DEFINE_string('tfds_data_dir', None, 'TFDS data directory (default: '
@@ -27,7 +28,7 @@ def main(argv) -> None:
                      batch=_BATCH.value))
   for step in (int(s) for s in _STEPS.value):
     start = time.perf_counter()
-    next(input_pipeline.get_train_data(config, start_batch=step))
+    next(input_pipeline.get_train_data(settings.data(config), start_batch=step))
     print(f'resume at step {step:>9,}: first batch after {time.perf_counter() - start:.2f} s')
 
 

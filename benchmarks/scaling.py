@@ -29,12 +29,13 @@ import json, sys, time
 import jax, jax.numpy as jnp, numpy as np
 from vit_jax import config_lib, models, train
 from vit_jax.training import optim, parallel
+from vit_jax.training import settings
 model_name, image, batch, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 config = config_lib.with_model(config_lib.get_config(), model_name)
 config.update(dict(accum_steps=1, optim_dtype='float32'))
 mesh = parallel.make_mesh()
 model = models.get_model(config.model, num_classes=1000)
-tx = optim.make_optimizer(config, optim.learning_rate_schedule(
+tx = optim.make_optimizer(settings.optimizer(config), optim.learning_rate_schedule(
     total_steps=100, base_lr=0.01, decay_type='cosine', warmup_steps=1))
 params = jax.jit(lambda: model.init(jax.random.key(0), jnp.zeros((1, image, image, 3)),
                                     train=False)['params'])()
@@ -43,7 +44,7 @@ state = parallel.put_replicated({'params': params, 'opt_state': tx.init(params),
                                  'rng': jax.random.key_data(jax.random.key(0))}, mesh)
 data = parallel.put_batch({'image': np.zeros((batch, image, image, 3), np.float32),
                            'label': np.eye(1000, dtype=np.float32)[np.zeros(batch, int)]}, mesh)
-step = train.make_train_step(model, tx, config, mesh)
+step = train.make_train_step(model, tx, settings.read(config), mesh)
 start = time.perf_counter(); state, m = step(state, data); jax.block_until_ready(m)
 compile_s = time.perf_counter() - start
 times = []

@@ -21,11 +21,11 @@ from vit_jax import models
 from vit_jax.tools import predict
 from vit_jax import presets
 from vit_jax.weights import surgery
-from vit_jax.weights import store
 from vit_jax.weights import npz_format
 from vit_jax.weights import metadata as metadata_lib
 from vit_jax.weights import loading
 from vit_jax.weights import architecture
+from vit_jax.training import settings
 
 
 def _abstract(config, size, num_classes):
@@ -257,14 +257,15 @@ def test_load_pretrained_from_a_run_directory(tmp_path):
   assert params['Transformer']['posembed_input']['pos_embedding'].shape == (1, 37, 128)
 
 
-def test_pretrained_path_reads_the_config(tmp_path):
+def test_pretrained_location_reads_the_config(tmp_path):
   config = config_lib.with_model(config_lib.get_config(), 'ViT-B_16')
-  assert store.pretrained_path(config) == 'gs://vit_models/imagenet21k/ViT-B_16.npz'
+  location = lambda: settings.read(config).pretrained_location()  # noqa: E731
+  assert location().path == 'gs://vit_models/imagenet21k/ViT-B_16.npz'
   (tmp_path / 'params.npz').write_bytes(b'')
   config.pretrained_path = str(tmp_path)  # A run directory.
-  assert store.pretrained_path(config) == str(tmp_path / 'params.npz')
+  assert location().path == str(tmp_path / 'params.npz')
   config.pretrained_path, config.pretrained_dir = '', ''
-  assert store.pretrained_path(config) is None
+  assert location() is None
 
 
 def test_fit_posemb_learn_2d_per_axis():
@@ -398,10 +399,11 @@ def test_fine_tuning_a_file_without_a_model_name_builds_the_described_model(tmp_
   copy.write_bytes((run / 'params.npz').read_bytes())
   config = config_lib.get_config()
   config.pretrained_path = str(copy)
-  assert from_checkpoint.with_checkpoint_model(config).model.posemb == 'none'
+  assert from_checkpoint.with_checkpoint_model(settings.read(config)).model_config.posemb == 'none'
   bare = checkpoint.save(params, str(tmp_path / 'bare.npz'))
   config.pretrained_path = bare
   with caplog.at_level('WARNING'):
-    assert from_checkpoint.with_checkpoint_model(config).model.posemb == 'sincos2d'
+    completed = from_checkpoint.with_checkpoint_model(settings.read(config))
+    assert completed.model_config.posemb == 'sincos2d'
   warnings = [r.getMessage() for r in caplog.records if r.levelname == 'WARNING']
   assert len(warnings) == 1 and 'posemb sincos2d' in warnings[0] and 'bare.json' in warnings[0]

@@ -118,3 +118,14 @@ def test_static_walk_main_prints(tmp_path, capsys):
   assert static_walk.main(['--root', str(tmp_path), '--entry', 'pkg.top.entry']) == 0
   out = capsys.readouterr().out
   assert 'files entered: 4' in out and 'climbs back up: 4' in out and '  pkg/side.py' not in out
+
+
+def test_this_tree_meets_the_target():
+  """Issue 61, point 6: the trainer reads its config once (`training/settings.py`) and the
+  layers below take settings, so config enters at most 20 files and climbs back up at most 10
+  times (docs/architecture.md keeps the figures)."""
+  root = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
+  result = static_walk.measure(root)
+  assert len(result['files']) <= 20, result['files']
+  assert len(result['climbs']) <= 10, result['climbs']
+  assert not result['upward'], result['upward']

@@ -32,10 +32,10 @@ from vit_jax.tools import features
 from vit_jax.tools import fewshot
 from vit_jax.tools import flops
 from vit_jax.tools import predict
-from vit_jax.training import masked
 from vit_jax.weights import loading
 
 import toy_family
+from test_self_supervised import validate_masked
 
 CLASSES = ('dark', 'light')
 
@@ -153,7 +153,7 @@ def test_family_goes_through_every_layer(family, folder, tmp_path, monkeypatch, 
   mae.trainer = 'mae'
   if not record.masked_pretraining:
     with pytest.raises(ValueError, match=rf'trainer=mae pretrains a plain ViT.* a {family}:'):
-      masked.validate(mae)
+      validate_masked(mae)
 
   with caplog.at_level('WARNING'):  # Resumed: its saved train state restored, nothing trained.
     assert train.train_and_evaluate(config, workdir)['step'] == 2

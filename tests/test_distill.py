@@ -19,6 +19,7 @@ from vit_jax.training import losses
 from vit_jax import models
 from vit_jax.training import optim
 from vit_jax.training import parallel
+from vit_jax.training import settings
 from vit_jax import train
 from vit_jax.weights import npz_format
 
@@ -55,7 +56,8 @@ def test_loss_equals_its_definition(kind, alpha, tau):
   logits, labels, teacher = fixed_batch()
   config = make_config(distill=dict(kind=kind, alpha=alpha, temperature=tau))
   true = losses.compute_loss(jnp.asarray(logits), jnp.asarray(labels))
-  got = distill.distill_loss(config, jnp.asarray(logits), jnp.asarray(teacher), true)
+  got = distill.distill_loss(settings.distill(config), jnp.asarray(logits), jnp.asarray(teacher),
+                             true)
   np.testing.assert_allclose(got, numpy_loss(logits, labels, teacher, kind, alpha, tau),
                              rtol=1e-5, atol=1e-6)
 
@@ -76,10 +78,10 @@ def _one_step(config, student, params, teacher_model, teacher_params, x, labels)
   """The metrics of one distilled train step of `student` from `params` (the trainer's own step
   function, on this host's mesh)."""
   mesh = parallel.make_mesh()
-  tx = optim.make_optimizer(config, optim.learning_rate_schedule(
+  tx = optim.make_optimizer(settings.optimizer(config), optim.learning_rate_schedule(
       total_steps=10, base_lr=0.1, decay_type='cosine', warmup_steps=1))
   teacher = distill.Teacher(teacher_model, parallel.put_replicated(teacher_params, mesh))
-  step = train.make_train_step(student, tx, config, mesh, teacher=teacher)
+  step = train.make_train_step(student, tx, settings.read(config), mesh, teacher=teacher)
   state = {'params': parallel.put_replicated(params, mesh), 'opt_state': tx.init(params),
            'step': jnp.zeros((), jnp.int32), 'rng': jax.random.key_data(jax.random.key(0))}
   _, metrics = step(state, parallel.put_batch({'image': x, 'label': labels}, mesh))
@@ -90,7 +92,7 @@ def test_hard_loss_with_a_teacher_that_agrees_is_the_true_loss():
   logits, labels, _ = fixed_batch()
   config = make_config()
   true = losses.compute_loss(jnp.asarray(logits), jnp.asarray(labels))
-  np.testing.assert_allclose(distill.distill_loss(config, jnp.asarray(logits),
+  np.testing.assert_allclose(distill.distill_loss(settings.distill(config), jnp.asarray(logits),
                                                   jnp.asarray(labels * 5.), true), true,
                              rtol=1e-6)
 

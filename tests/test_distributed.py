@@ -27,6 +27,7 @@ from vit_jax import main
 from vit_jax import models
 from vit_jax.training import optim
 from vit_jax.training import parallel
+from vit_jax.training import settings
 from vit_jax import train
 from vit_jax.weights import npz_format
 
@@ -50,14 +51,14 @@ def run_steps(num_devices, config, batch, steps=2):
   """`steps` train steps on a mesh of the first `num_devices` devices; returns host params."""
   mesh = parallel.make_mesh(jax.devices()[:num_devices])
   model = models.get_model(config.model, num_classes=10)
-  tx = optim.make_optimizer(config, optim.learning_rate_schedule(
+  tx = optim.make_optimizer(settings.optimizer(config), optim.learning_rate_schedule(
       total_steps=10, base_lr=0.1, decay_type='cosine', warmup_steps=1))
   params = model.init(jax.random.key(0), jnp.zeros((1, 32, 32, 3)), train=False)['params']
   params = jax.tree.map(lambda x: x + 0.02, params)  # Non-zero head: all grads non-trivial.
   state = parallel.put_replicated({'params': params, 'opt_state': tx.init(params),
                                    'step': jnp.zeros((), jnp.int32),
                                    'rng': jax.random.key_data(jax.random.key(0))}, mesh)
-  train_step = train.make_train_step(model, tx, config, mesh)
+  train_step = train.make_train_step(model, tx, settings.read(config), mesh)
   for _ in range(steps):
     state, _ = train_step(state, parallel.put_batch(batch, mesh))
   eval_step = train.make_eval_step(model, mesh)

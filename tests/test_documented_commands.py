@@ -39,6 +39,7 @@ from vit_jax import models
 from vit_jax.data import folder_source
 from vit_jax.weights.timm import export as timm_export
 from vit_jax.weights import store
+from vit_jax.training import settings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMAND = re.compile(r'python -m (?:vit_jax|research)\.\w+')
@@ -209,9 +210,10 @@ def place_pretrained(command, work):
     if 'model' not in stage or not stage.get('pretrained_path') and not stage.get(
         'pretrained_dir'):
       continue
-    path = store.pretrained_path(stage)
-    if path is None:
+    location = settings.read(stage).pretrained_location()
+    if location is None:
       continue
+    path = location.path
     local = store.cache_path(path, str(work / 'cache')) if store.is_remote(path) else path
     os.makedirs(os.path.dirname(local), exist_ok=True)
     if models.family_of(stage.model) == 'swin' and not local.endswith('.npz'):  # timm's hub folder.

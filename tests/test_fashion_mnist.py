@@ -19,6 +19,7 @@ from vit_jax.data import fashion_mnist
 from vit_jax.data import tfds_source
 from vit_jax.tools import cli
 from vit_jax import input_pipeline
+from vit_jax.training import settings
 
 NAMES = ['T-shirt/top', 'Trouser', 'Pullover', 'Dress', 'Coat', 'Sandal', 'Shirt', 'Sneaker',
          'Bag', 'Ankle boot']
@@ -100,12 +101,12 @@ def test_input_pipeline_prepares_from_local_files_without_network(idx_dir, tmp_p
   config.pp.update(dict(train='train', test='test', crop=28, train_aug='pad_flip'))
   with mock.patch.object(tfds.download.DownloadManager, 'download_and_extract',
                          side_effect=AssertionError('download')):
-    info = input_pipeline.get_dataset_info(config)
+    info = input_pipeline.get_dataset_info(settings.data(config))
   assert (info.num_train_examples, info.num_test_examples) == (20, 10)
   assert info.class_names == tuple(NAMES)
-  batch = next(input_pipeline.get_train_data(config))
+  batch = next(input_pipeline.get_train_data(settings.data(config)))
   assert batch['image'].shape == (4, 28, 28, 3) and batch['label'].shape == (4, 10)
-  assert len(list(input_pipeline.get_eval_data(config).batches())) == 3
+  assert len(list(input_pipeline.get_eval_data(settings.data(config)).batches())) == 3
 
 
 def run_command(*args):
@@ -160,11 +161,11 @@ def test_array_record_stream_is_indexed_and_resumes_exactly(idx_dir, tmp_path):
   config.update(dict(dataset='fashion_mnist', tfds_data_dir=str(tmp_path / 'tfds'), batch=4,
                      batch_eval=4, shuffle_buffer=20, prefetch=1,
                      pp=dict(train='train', test='test', crop=28, train_aug='none')))
-  it = input_pipeline.get_train_data(config)
+  it = input_pipeline.get_train_data(settings.data(config))
   stream = [next(it) for _ in range(7)]
   first_pixels = np.concatenate([b['image'][:, 0, 0, 0] for b in stream[:5]])  # One epoch.
   assert sorted(np.round((first_pixels + 1) * 127.5).astype(int)) == list(range(20))
-  resumed = input_pipeline.get_train_data(config, start_batch=5)
+  resumed = input_pipeline.get_train_data(settings.data(config), start_batch=5)
   for expected in stream[5:]:
     np.testing.assert_array_equal(next(resumed)['image'], expected['image'])
 

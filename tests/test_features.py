@@ -17,6 +17,7 @@ from npz_fixtures import perturb
 from vit_jax import checkpoint
 from vit_jax import config_lib
 from vit_jax import input_pipeline
+from vit_jax.training import settings
 from vit_jax.data import folder_source
 from vit_jax.data import image_ops
 from vit_jax.tools import cli
@@ -90,7 +91,7 @@ def test_read_and_preprocess_match_the_eval_input_pipeline(tmp_path):
   config = config_lib.get_config()
   config.update(dict(dataset=str(tmp_path), batch=4, batch_eval=4))
   config.pp.update(dict(train='train', test='test', crop=32))
-  batch = next(input_pipeline.get_eval_data(config).batches())
+  batch = next(input_pipeline.get_eval_data(settings.data(config)).batches())
   order, _ = folder_source.folder_split(str(tmp_path), ('a',), 'test')
   want = np.stack([image_ops.preprocess(image_ops.read_image(str(p)), 32) for p in order])
   assert sorted(map(str, order)) == paths and batch['mask'].sum() == len(paths)

@@ -11,6 +11,7 @@ import pytest
 
 from vit_jax import config_lib
 from vit_jax import input_pipeline
+from vit_jax.training import settings
 from vit_jax import models
 from vit_jax.training import fewshot
 from vit_jax.training import parallel
@@ -132,14 +133,15 @@ def test_features_are_the_same_on_1_and_4_devices_and_in_the_split_order(image_f
   config = folder_config(image_folder)
   model = models.get_model(config.model, num_classes=3)
   params = random_params(model)
-  data = input_pipeline.get_eval_data(config, 'test')  # 9 images: 2 batches of 8, 7 padding.
+  # 9 images: 2 batches of 8, 7 padding.
+  data = input_pipeline.get_eval_data(settings.data(config), 'test')
   got = {}
   for devices in (1, 4):
     mesh = parallel.make_mesh(jax.devices()[:devices])
     represent = fewshot.make_representation_fn(model, mesh)
     got[devices] = fewshot.extract(represent, params, data, mesh)
-    got[devices, 'results'] = fewshot.run_dataset(config, image_folder, represent, params,
-                                                  mesh).results
+    got[devices, 'results'] = fewshot.run_dataset(settings.fewshot(config), settings.data(config),
+                                                  image_folder, represent, params, mesh).results
   images = np.concatenate([b['image'][b['mask'] > 0] for b in data.batches()])
   labels = np.concatenate([b['label'][b['mask'] > 0].argmax(-1) for b in data.batches()])
   direct = model.clone(num_classes=0).apply({'params': params}, images, train=False)
@@ -209,7 +211,7 @@ def test_tool_on_a_run_directory_gives_the_number_training_logged(straight_run, 
 
 def test_fewshot_is_off_by_default():
   assert config_lib.get_config().fewshot.datasets == ()
-  assert fewshot.make_hook(config_lib.get_config(), None, None) is None
+  assert fewshot.make_hook(settings.fewshot(config_lib.get_config()), None, None, None) is None
 
 
 def test_shots_drawn_from_the_test_split_are_an_error_before_training(image_folder):
@@ -217,7 +219,7 @@ def test_shots_drawn_from_the_test_split_are_an_error_before_training(image_fold
   config.fewshot.train_split = 'train+test'
   model = models.get_model(config.model, num_classes=3)
   with pytest.raises(ValueError, match='share 9 images: shots would be drawn from the test'):
-    fewshot.make_hook(config, model, parallel.make_mesh())
+    fewshot.make_hook(settings.fewshot(config), settings.data(config), model, parallel.make_mesh())
 
 
 def call_tool(args, capsys):

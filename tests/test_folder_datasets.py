@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from vit_jax import config_lib
 from vit_jax import input_pipeline
+from vit_jax.training import settings
 from vit_jax.data import folder_source
 from vit_jax.data import image_ops
 
@@ -87,11 +88,11 @@ def test_folder_preset_on_train_only_never_trains_on_the_eval_images(tmp_path, c
   config = make_config(root, **config_lib.FOLDER_PRESET['pp'])
   config.pp.train_aug = 'none'
   with caplog.at_level('INFO'):
-    info = input_pipeline.get_dataset_info(config)
+    info = input_pipeline.get_dataset_info(settings.data(config))
   assert (info.num_train_examples, info.num_test_examples) == (98, 2)
   assert "evaluating on 'test' = train[98%:] of" in caplog.text and ': 2 examples' in caplog.text
-  evaluated = images_of(input_pipeline.get_eval_data(config).batches(), masked=True)
-  stream = input_pipeline.get_train_data(config)
+  evaluated = images_of(input_pipeline.get_eval_data(settings.data(config)).batches(), masked=True)
+  stream = input_pipeline.get_train_data(settings.data(config))
   trained = images_of(next(stream) for _ in range(2 * 98 // 4))  # Two epochs.
   assert len(evaluated) == 2 and len(set(trained)) == 98
   assert not set(evaluated) & set(trained)
@@ -107,7 +108,7 @@ def test_folder_preset_on_train_only_never_trains_on_the_eval_images(tmp_path, c
 def test_overlapping_train_and_eval_splits_are_an_error(tmp_path, splits, train, test, shared):
   root = write_folder(tmp_path, splits=splits)
   with pytest.raises(ValueError) as error:
-    input_pipeline.get_dataset_info(make_config(root, train, test))
+    input_pipeline.get_dataset_info(settings.data(make_config(root, train, test)))
   message = str(error.value)
   assert f'share {shared} of the' in message and repr(train) in message and repr(test) in message
   assert '--config.pp.train=' in message and len(message.splitlines()) == 1
@@ -129,7 +130,7 @@ def test_a_test_image_that_is_a_training_image_under_another_path_is_an_error(tm
     (os.symlink if link == 'file' else os.link)(train_file, os.path.join(test_dir, 'copy.png'))
   shared = 50 if link == 'class_folder' else 1
   with pytest.raises(ValueError) as error:
-    input_pipeline.get_dataset_info(make_config(root))
+    input_pipeline.get_dataset_info(settings.data(make_config(root)))
   message = str(error.value)
   assert f'share {shared} of the' in message and len(message.splitlines()) == 1, message
 
@@ -139,12 +140,12 @@ def test_a_validation_split_that_shares_training_images_is_an_error(tmp_path):
   config = make_config(root, 'train[:50%]', 'test')
   config.pp.val = 'train[45%:55%]'
   with pytest.raises(ValueError) as error:
-    input_pipeline.get_dataset_info(config)
+    input_pipeline.get_dataset_info(settings.data(config))
   message = str(error.value)
   assert 'share 5 examples' in message and '--config.pp.val=' in message
   assert len(message.splitlines()) == 1
   config.pp.val = 'train[90%:]'
-  assert input_pipeline.get_dataset_info(config).num_train_examples == 50
+  assert input_pipeline.get_dataset_info(settings.data(config)).num_train_examples == 50
 
 
 @pytest.mark.parametrize('splits,train,test,sizes', [
@@ -156,7 +157,7 @@ def test_a_validation_split_that_shares_training_images_is_an_error(tmp_path):
 ])
 def test_disjoint_splits_are_accepted(tmp_path, splits, train, test, sizes):
   root = write_folder(tmp_path, splits=splits)
-  info = input_pipeline.get_dataset_info(make_config(root, train, test))
+  info = input_pipeline.get_dataset_info(settings.data(make_config(root, train, test)))
   assert (info.num_train_examples, info.num_test_examples) == sizes
   assert not set(files(root, folder_source.without_held_out(root, train))) & set(
       files(root, test))
@@ -165,12 +166,12 @@ def test_disjoint_splits_are_accepted(tmp_path, splits, train, test, sizes):
 def test_a_train_folder_too_small_for_its_held_out_slice_is_a_one_line_error(tmp_path):
   root = write_folder(tmp_path, splits=('train',), per_class=(5, 3, 2))  # 2% of 10: nothing.
   with pytest.raises(ValueError) as error:
-    input_pipeline.get_dataset_info(make_config(root))
+    input_pipeline.get_dataset_info(settings.data(make_config(root)))
   message = str(error.value)
   assert 'train[98%:] of' in message and 'has no examples' in message, message
   assert '--config.pp.test=train[80%:]' in message and len(message.splitlines()) == 1
   config = make_config(root, 'train[:80%]', 'train[80%:]')  # The fix the line names works.
-  info = input_pipeline.get_dataset_info(config)
+  info = input_pipeline.get_dataset_info(settings.data(config))
   assert (info.num_train_examples, info.num_test_examples) == (8, 2)
 
 
@@ -179,9 +180,9 @@ def test_tfds_split_strings_mean_the_same_and_overlap_is_an_error():
   config = make_config('cifar10', 'train', 'train[98%:]')
   with tfds.testing.mock_data(num_examples=100):
     with pytest.raises(ValueError, match=r"share 2 of the .*--config.pp.train=train\[:98%\]"):
-      input_pipeline.get_dataset_info(config)
+      input_pipeline.get_dataset_info(settings.data(config))
     config.pp.train = 'train[:98%]'
-    assert input_pipeline.get_dataset_info(config).num_classes == 10
+    assert input_pipeline.get_dataset_info(settings.data(config)).num_classes == 10
 
 
 @pytest.mark.parametrize('preset', ['cifar10', 'imagenet2012'])
@@ -192,16 +193,16 @@ def test_preset_split_strings_work_on_folders(tmp_path, preset, splits):
   config = make_config(root, pp['train'], pp['test'])
   if (preset, splits) == ('imagenet2012', ('train',)):  # train[:99%] overlaps train[98%:].
     with pytest.raises(ValueError, match='share 1 of the 2 eval examples'):
-      input_pipeline.get_dataset_info(config)
+      input_pipeline.get_dataset_info(settings.data(config))
     return
-  info = input_pipeline.get_dataset_info(config)
+  info = input_pipeline.get_dataset_info(settings.data(config))
   assert info.class_names == CLASSES
   held_out = 2 if splits == ('train',) else 12
   assert info.num_test_examples == held_out
   assert info.num_train_examples == {'cifar10': 98, 'imagenet2012': 99}[preset]
-  batches = list(input_pipeline.get_eval_data(config).batches())
+  batches = list(input_pipeline.get_eval_data(settings.data(config)).batches())
   assert sum(b['mask'].sum() for b in batches) == held_out
-  assert next(input_pipeline.get_train_data(config))['image'].shape == (4, 8, 8, 3)
+  assert next(input_pipeline.get_train_data(settings.data(config)))['image'].shape == (4, 8, 8, 3)
 
 
 def labels_of(batches):
@@ -211,14 +212,15 @@ def labels_of(batches):
 def test_index_stream_is_an_epoch_permutation_and_resumes_anywhere(tmp_path):
   root = write_folder(tmp_path, per_class=(6, 5, 5))  # 16 files: 4 batches an epoch.
   config = make_config(root, pp=dict(train='train', test='test', crop=8, train_aug='none'))
-  stream = [next(it) for it in [input_pipeline.get_train_data(config)] for _ in range(8)]
+  stream = [next(it) for it in [input_pipeline.get_train_data(settings.data(config))]
+            for _ in range(8)]
   epoch = labels_of(stream[:4])
   assert np.bincount(epoch).tolist() == [6, 5, 5]  # Every file once per epoch...
   assert not np.array_equal(epoch, labels_of(stream[4:]))  # ...in a new order each epoch.
   images = [b['image'] for b in stream[:4]]
   assert len({im.tobytes() for b in images for im in b}) == 16
   config.data_autotune = False  # Fixed parallelism, no tuning thread: the same batches.
-  resumed = input_pipeline.get_train_data(config, start_batch=6)
+  resumed = input_pipeline.get_train_data(settings.data(config), start_batch=6)
   for expected in stream[6:]:
     got = next(resumed)
     np.testing.assert_array_equal(got['image'], expected['image'])
@@ -228,13 +230,13 @@ def test_index_stream_is_an_epoch_permutation_and_resumes_anywhere(tmp_path):
 def test_stream_sharding_does_not_depend_on_the_process_count(tmp_path):
   root = write_folder(tmp_path, per_class=(6, 5, 5))
   config = make_config(root, data_sharding='stream')
-  whole = [next(it) for it in [input_pipeline.get_train_data(config, start_batch=3)]
+  whole = [next(it) for it in [input_pipeline.get_train_data(settings.data(config), start_batch=3)]
            for _ in range(3)]
   parts = []
   for index in range(2):
     with mock.patch.object(jax, 'process_count', return_value=2), \
          mock.patch.object(jax, 'process_index', return_value=index):
-      it = input_pipeline.get_train_data(config, start_batch=3)
+      it = input_pipeline.get_train_data(settings.data(config), start_batch=3)
       parts.append([next(it) for _ in range(3)])
   for step, expected in enumerate(whole):
     for key in ('image', 'label'):
@@ -251,9 +253,10 @@ def test_unreadable_train_file_is_replaced_and_the_stream_stays_resumable(tmp_pa
       f.write(data[:len(data) // 2] if name == '002.png' else b'')
   config = make_config(root)
   with caplog.at_level('WARNING'):
-    stream = [next(it) for it in [input_pipeline.get_train_data(config)] for _ in range(6)]
+    stream = [next(it) for it in [input_pipeline.get_train_data(settings.data(config))]
+              for _ in range(6)]
   assert 'Skipped 2 unreadable image file(s)' in caplog.text
-  resumed = input_pipeline.get_train_data(config, start_batch=3)
+  resumed = input_pipeline.get_train_data(settings.data(config), start_batch=3)
   for expected in stream[3:]:
     np.testing.assert_array_equal(next(resumed)['image'], expected['image'])
 
@@ -262,7 +265,7 @@ def test_unreadable_eval_file_is_masked_out(tmp_path):
   root = write_folder(tmp_path)
   with open(os.path.join(root, 'test', 'dog', '001.jpg'), 'wb') as f:
     f.write(b'\xff\xd8\xff\xe0 cut short')
-  eval_data = input_pipeline.get_eval_data(make_config(root))
+  eval_data = input_pipeline.get_eval_data(settings.data(make_config(root)))
   batches = list(eval_data.batches())
   assert eval_data.num_examples == 12 and sum(b['mask'].sum() for b in batches) == 11
 
@@ -367,7 +370,8 @@ def test_training_reads_files_with_trailers_as_the_clean_files(tmp_path, caplog)
   for root in (with_extras, clean):
     config = make_config(root, 'train[:100%]', 'train[:0]', pp=dict(train_aug='none'))
     with caplog.at_level('WARNING'):
-      streams.append([next(it) for it in [input_pipeline.get_train_data(config)] for _ in range(9)])
+      streams.append([next(it) for it in [input_pipeline.get_train_data(settings.data(config))]
+                      for _ in range(9)])
   assert 'unreadable' not in caplog.text  # No file replaced...
   for got, expected in zip(*streams):  # ...so the stream is the clean folder's, image by image.
     np.testing.assert_array_equal(got['image'], expected['image'])
@@ -383,7 +387,7 @@ def test_eval_counts_files_with_trailers_and_masks_only_truncated_ones(tmp_path)
   config = test_train.make_config(dataset=root, total_steps=2, eval_every=0)
   result = train.train_and_evaluate(config, str(tmp_path / 'run'))
   assert result['num_examples'] == len(CLASSES) * 2 * len(WHOLE)  # 18 of the 30 files.
-  batches = list(input_pipeline.get_eval_data(make_config(root)).batches())
+  batches = list(input_pipeline.get_eval_data(settings.data(make_config(root))).batches())
   assert sum(b['mask'].sum() for b in batches) == 18
 
 
@@ -409,7 +413,7 @@ def write_jupyter_folder(root):
 def test_hidden_files_are_skipped_and_nested_images_belong_to_their_class(tmp_path):
   root = write_jupyter_folder(tmp_path)
   config = make_config(root)
-  info = input_pipeline.get_dataset_info(config)
+  info = input_pipeline.get_dataset_info(settings.data(config))
   assert info.class_names == ('cat', 'dog')
   assert (info.num_train_examples, info.num_test_examples) == (5, 2)
   listed = sorted(os.path.relpath(p, root) for p in files(root, 'train'))
@@ -418,7 +422,7 @@ def test_hidden_files_are_skipped_and_nested_images_belong_to_their_class(tmp_pa
   paths, labels = folder_source.folder_split(root, ('cat', 'dog'), 'test')
   assert dict(zip((os.path.relpath(p, root) for p in paths), labels)) == {
       'test/cat/deep/a.png': 0, 'test/dog/a.png': 1}
-  evaluated = images_of(input_pipeline.get_eval_data(config).batches(), masked=True)
+  evaluated = images_of(input_pipeline.get_eval_data(settings.data(config)).batches(), masked=True)
   assert len(evaluated) == 2
 
 
@@ -437,7 +441,7 @@ def test_an_empty_class_folder_is_one_line_naming_it(tmp_path, split):
     os.makedirs(os.path.join(root, 'train', 'eel'))
     _png(os.path.join(root, 'train', 'eel', 'a.png'))
   with pytest.raises(ValueError) as error:
-    input_pipeline.get_dataset_info(make_config(root))
+    input_pipeline.get_dataset_info(settings.data(make_config(root)))
   message = str(error.value)
   assert f'Empty class folder {os.path.join(root, split, "eel")}' in message
   assert 'delete the folder' in message and '\n' not in message
@@ -461,18 +465,18 @@ def test_every_image_format_is_trained_on_and_evaluated_as_predict_reads_it(tmp_
   config = make_config(root, pp=dict(train_aug='none'))
   assert set(image_ops.IMAGE_EXTENSIONS) == {f'.{e.lower()}' for e in FORMATS}
   with caplog.at_level('WARNING'):
-    info = input_pipeline.get_dataset_info(config)
+    info = input_pipeline.get_dataset_info(settings.data(config))
   assert (info.num_train_examples, info.num_test_examples) == (16, 16)
   [line] = [r.getMessage() for r in caplog.records if 'Skipped' in r.getMessage()]
   assert 'Skipped 1 file' in line and os.path.join(root, 'train', 'cat', 'notes.txt') in line
   paths, labels = folder_source.folder_split(root, CLASSES[:2], 'test')
-  batches = list(input_pipeline.get_eval_data(config).batches())
+  batches = list(input_pipeline.get_eval_data(settings.data(config)).batches())
   assert sum(b['mask'].sum() for b in batches) == 16
   np.testing.assert_array_equal(np.concatenate([b['image'] for b in batches])[:16],
                                 image_ops.load_images(list(paths), 8))
   train_paths, _ = folder_source.folder_split(root, CLASSES[:2], 'train')
   want = {im.tobytes() for im in image_ops.load_images(list(train_paths), 8)}
-  stream = input_pipeline.get_train_data(config)
+  stream = input_pipeline.get_train_data(settings.data(config))
   assert {im.tobytes() for _ in range(4) for im in next(stream)['image']} == want  # An epoch.
   assert 'unreadable' not in caplog.text
 
@@ -494,11 +498,11 @@ def test_a_corrupt_image_stops_the_run_with_one_line_naming_it(tmp_path, split):
   config = make_config(root)
   with pytest.raises(ValueError) as error:
     if split == 'train':
-      stream = input_pipeline.get_train_data(config)
+      stream = input_pipeline.get_train_data(settings.data(config))
       for _ in range(8):  # Two epochs: the bad file is met.
         next(stream)
     else:
-      list(input_pipeline.get_eval_data(config).batches())
+      list(input_pipeline.get_eval_data(settings.data(config)).batches())
   message = str(error.value)
   assert bad in message and 'delete or replace it' in message and '\n' not in message, message
 

@@ -17,6 +17,7 @@ from tensorflow_datasets.core.download import downloader
 
 from vit_jax import config_lib
 from vit_jax import input_pipeline
+from vit_jax.training import settings
 from vit_jax.data import augment
 from vit_jax.data import image_ops
 from vit_jax.data import randaugment
@@ -66,7 +67,7 @@ def write_image_folder(root, files_per_class=3, test_files=2):
 def test_train_batches(mock_cifar10, train_aug):
   config = make_config()
   config.pp.train_aug = train_aug
-  batch = next(input_pipeline.get_train_data(config))
+  batch = next(input_pipeline.get_train_data(settings.data(config)))
   assert batch['image'].shape == (4, 16, 16, 3) and batch['image'].dtype == np.float32
   assert batch['label'].shape == (4, 10) and batch['label'].dtype == np.float32
   assert -1. <= batch['image'].min() and batch['image'].max() <= 1.
@@ -76,7 +77,7 @@ def test_train_batches(mock_cifar10, train_aug):
 def test_randaugment_keeps_shape_and_range(mock_cifar10):
   config = make_config()
   config.pp.randaug.num_layers = 3
-  batch = next(input_pipeline.get_train_data(config))
+  batch = next(input_pipeline.get_train_data(settings.data(config)))
   assert batch['image'].shape == (4, 16, 16, 3)
   assert -1. <= batch['image'].min() and batch['image'].max() <= 1.
 
@@ -84,8 +85,8 @@ def test_randaugment_keeps_shape_and_range(mock_cifar10):
 def test_random_erase_train_batches_keep_shape_and_range(mock_cifar10):
   config = make_config()
   config.pp.random_erase = 1.
-  erased = next(input_pipeline.get_train_data(config))
-  plain = next(input_pipeline.get_train_data(make_config()))
+  erased = next(input_pipeline.get_train_data(settings.data(config)))
+  plain = next(input_pipeline.get_train_data(settings.data(make_config())))
   assert erased['image'].shape == (4, 16, 16, 3)
   assert -1. <= erased['image'].min() and erased['image'].max() <= 1.
   np.testing.assert_array_equal(erased['label'], plain['label'])
@@ -117,13 +118,13 @@ def test_random_erase_probability():
 
 
 def test_dataset_info(mock_cifar10):
-  info = input_pipeline.get_dataset_info(make_config())
+  info = input_pipeline.get_dataset_info(settings.data(make_config()))
   assert (info.num_classes, info.num_train_examples, info.num_test_examples) == (10, 10, 10)
   assert len(info.class_names) == 10
 
 
 def test_eval_is_exact(mock_cifar10):
-  eval_data = input_pipeline.get_eval_data(make_config())
+  eval_data = input_pipeline.get_eval_data(settings.data(make_config()))
   batches = list(eval_data.batches())
   assert eval_data.num_examples == 10 and eval_data.num_batches == 3 and len(batches) == 3
   assert sum(b['mask'].sum() for b in batches) == 10
@@ -138,10 +139,11 @@ def test_eval_is_exact(mock_cifar10):
 
 def test_train_is_deterministic_and_resumable(mock_cifar10):
   config = make_config(shuffle_buffer=7)
-  first = take(input_pipeline.get_train_data(config), 8)
-  assert_batches_equal(first, take(input_pipeline.get_train_data(config), 8))
-  assert_batches_equal(first[5:], take(input_pipeline.get_train_data(config, start_batch=5), 3))
-  other_seed = take(input_pipeline.get_train_data(make_config(seed=1)), 1)
+  first = take(input_pipeline.get_train_data(settings.data(config)), 8)
+  assert_batches_equal(first, take(input_pipeline.get_train_data(settings.data(config)), 8))
+  assert_batches_equal(first[5:], take(input_pipeline.get_train_data(settings.data(config),
+                                                                   start_batch=5), 3))
+  other_seed = take(input_pipeline.get_train_data(settings.data(make_config(seed=1))), 1)
   assert not np.array_equal(first[0]['image'], other_seed[0]['image'])
 
 
@@ -149,16 +151,17 @@ def test_directory_dataset(tmp_path, caplog):
   write_image_folder(str(tmp_path))
   config = make_config(dataset=str(tmp_path), batch=2, batch_eval=4)
   config.pp.randaug.num_layers = 2
-  info = input_pipeline.get_dataset_info(config)  # Lists files; opens none.
+  info = input_pipeline.get_dataset_info(settings.data(config))  # Lists files; opens none.
   assert info.class_names == ('class0', 'class1', 'class2')
   assert (info.num_train_examples, info.num_test_examples) == (10, 6)
   with caplog.at_level('WARNING'):
-    epoch = take(input_pipeline.get_train_data(config), 5)  # 10 positions: every file once.
+    # 10 positions: every file once.
+    epoch = take(input_pipeline.get_train_data(settings.data(config)), 5)
   assert 'Skipped 1 unreadable image file(s)' in caplog.text and 'corrupt.jpg' in caplog.text
   for batch in epoch:
     assert batch['image'].shape == (2, 16, 16, 3) and batch['label'].shape == (2, 3)
     assert -1. <= batch['image'].min() and batch['image'].max() <= 1.
-  batches = list(input_pipeline.get_eval_data(config).batches())
+  batches = list(input_pipeline.get_eval_data(settings.data(config)).batches())
   assert len(batches) == 2 and sum(b['mask'].sum() for b in batches) == 6
   labels = np.concatenate([b['label'][b['mask'] > 0].argmax(-1) for b in batches])
   np.testing.assert_array_equal(np.bincount(labels), [2, 2, 2])
@@ -171,12 +174,13 @@ def test_two_processes_get_equal_batch_counts(tmp_path):
   for index in range(2):
     with mock.patch.object(jax, 'process_count', return_value=2), \
          mock.patch.object(jax, 'process_index', return_value=index):
-      eval_data = input_pipeline.get_eval_data(config)
+      eval_data = input_pipeline.get_eval_data(settings.data(config))
       batches = list(eval_data.batches())
       per_process.append((eval_data.num_examples, len(batches),
                           sum(b['mask'].sum() for b in batches)))
-      assert next(input_pipeline.get_train_data(config))['image'].shape == (2, 16, 16, 3)
-      assert input_pipeline.get_dataset_info(config).num_test_examples == 9
+      batch = next(input_pipeline.get_train_data(settings.data(config)))
+      assert batch['image'].shape == (2, 16, 16, 3)
+      assert input_pipeline.get_dataset_info(settings.data(config)).num_test_examples == 9
   assert per_process == [(5, 3, 5.), (4, 3, 4.)]
 
 
@@ -185,8 +189,9 @@ def test_two_processes_with_tfds(mock_cifar10):
   for index in range(2):
     with mock.patch.object(jax, 'process_count', return_value=2), \
          mock.patch.object(jax, 'process_index', return_value=index):
-      assert next(input_pipeline.get_train_data(config))['image'].shape == (2, 16, 16, 3)
-      eval_data = input_pipeline.get_eval_data(config)
+      batch = next(input_pipeline.get_train_data(settings.data(config)))
+      assert batch['image'].shape == (2, 16, 16, 3)
+      eval_data = input_pipeline.get_eval_data(settings.data(config))
       assert len(list(eval_data.batches())) == eval_data.num_batches
 
 
@@ -205,23 +210,23 @@ def test_config_errors(mock_cifar10, overrides, message):
   config.update(overrides)
   with mock.patch.object(jax, 'process_count', return_value=2):
     with pytest.raises(ValueError, match=message):
-      input_pipeline.get_dataset_info(config)
-      next(input_pipeline.get_train_data(config))
-      input_pipeline.get_eval_data(config)
+      input_pipeline.get_dataset_info(settings.data(config))
+      next(input_pipeline.get_train_data(settings.data(config)))
+      input_pipeline.get_eval_data(settings.data(config))
 
 
 def test_bad_directory_layout(tmp_path):
   (tmp_path / 'images').mkdir()
   with pytest.raises(ValueError, match=r'expected .*/train/<class>/\*\.jpg'):
-    input_pipeline.get_dataset_info(make_config(dataset=str(tmp_path)))
+    input_pipeline.get_dataset_info(settings.data(make_config(dataset=str(tmp_path))))
   (tmp_path / 'train' / 'cat').mkdir(parents=True)
   Image.new('RGB', (4, 4)).save(tmp_path / 'train' / 'cat' / 'a.png')
   with pytest.raises(ValueError, match='Missing .*holdout'):
-    input_pipeline.get_dataset_info(make_config(
-        dataset=str(tmp_path), pp=dict(train='train', test='holdout', crop=16)))
+    input_pipeline.get_dataset_info(settings.data(make_config(
+        dataset=str(tmp_path), pp=dict(train='train', test='holdout', crop=16))))
   (tmp_path / 'test' / 'dog').mkdir(parents=True)
   with pytest.raises(ValueError, match=r"class folders \['dog'\] that train/ lacks"):
-    input_pipeline.get_dataset_info(make_config(dataset=str(tmp_path)))
+    input_pipeline.get_dataset_info(settings.data(make_config(dataset=str(tmp_path))))
 
 
 def test_offline_tfds_fails_fast_with_advice(tmp_path, monkeypatch):
@@ -238,7 +243,7 @@ def test_offline_tfds_fails_fast_with_advice(tmp_path, monkeypatch):
   start = time.monotonic()
   with pytest.raises(ValueError, match='cannot be downloaded: the download failed .*'
                      'tfds_data_dir.*tfds_manual_dir'):
-    input_pipeline.get_dataset_info(make_config(tfds_data_dir=str(tmp_path)))
+    input_pipeline.get_dataset_info(settings.data(make_config(tfds_data_dir=str(tmp_path))))
   assert time.monotonic() - start < 60
   assert downloader.MAX_RETRIES == retries  # TFDS's own setting again after the attempt.
 
@@ -246,7 +251,7 @@ def test_offline_tfds_fails_fast_with_advice(tmp_path, monkeypatch):
 def test_manual_dataset_needs_manual_dir(tmp_path):
   config = make_config(dataset='imagenet2012', tfds_data_dir=str(tmp_path))
   with pytest.raises(ValueError, match='tfds_manual_dir'):
-    input_pipeline.get_dataset_info(config)
+    input_pipeline.get_dataset_info(settings.data(config))
 
 
 @pytest.mark.parametrize('op_index', range(len(randaugment.OPS)))
@@ -324,11 +329,11 @@ def test_uint8_batches_are_the_float_batches_rounded_and_normalised_on_device(mo
   within half a level (the resized crop rounded); the labels are the same."""
   float_config = make_config()
   uint8_config = make_config(pp=dict(train='train', test='test', crop=16, uint8_batches=True))
-  assert input_pipeline.device_normalize(float_config) is None
-  expected = next(input_pipeline.get_train_data(float_config))
-  got = next(input_pipeline.get_train_data(uint8_config))
+  assert input_pipeline.device_normalize(settings.data(float_config)) is None
+  expected = next(input_pipeline.get_train_data(settings.data(float_config)))
+  got = next(input_pipeline.get_train_data(settings.data(uint8_config)))
   assert got['image'].dtype == np.uint8 and expected['image'].dtype == np.float32
-  normalised = input_pipeline.device_normalize(uint8_config)(got['image'])
+  normalised = input_pipeline.device_normalize(settings.data(uint8_config))(got['image'])
   np.testing.assert_allclose(normalised, expected['image'], rtol=0, atol=0.5 / 127.5 + 1e-6)
   assert np.abs(normalised - expected['image']).max() > 0  # Rounded: the check bites.
   np.testing.assert_array_equal(got['label'], expected['label'])

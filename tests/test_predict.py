@@ -179,6 +179,7 @@ def test_predictions_agree_with_the_eval_pipeline(setup, tmp_path, capsys):
   """predict on image files = `input_pipeline.get_eval_data` + `model.apply` on the same files."""
   from PIL import Image
   from vit_jax import input_pipeline
+  from vit_jax.training import settings
   ckpt, _, _ = setup
   rng = np.random.default_rng(1)
   files = []
@@ -197,7 +198,7 @@ def test_predictions_agree_with_the_eval_pipeline(setup, tmp_path, capsys):
   loaded = loading.load_model(ckpt, 'testing')
   logits = np.concatenate([
       np.asarray(loaded.model.apply({'params': loaded.params}, b['image'], train=False))[
-          b['mask'] > 0] for b in input_pipeline.get_eval_data(config).batches()])
+          b['mask'] > 0] for b in input_pipeline.get_eval_data(settings.data(config)).batches()])
   rc, out, _ = _run(capsys, f'--checkpoint={ckpt}', '--model=testing', '--json', '--top_k=10',
                     str(tmp_path / 'data' / 'test'))
   assert rc == 0

@@ -19,6 +19,7 @@ from vit_jax.weights import metadata as metadata_lib
 from vit_jax.weights import npz_format
 from vit_jax.tools import flops
 from vit_jax.training import from_checkpoint
+from vit_jax.training import settings
 
 
 def _config(**fields):
@@ -221,7 +222,8 @@ def test_fine_tuning_a_relative_npz_adopts_its_posemb_and_resumes(tmp_path, mock
   # Declared by the run's description: the config is completed with it.
   config = make_config(pretrained_path=str(run))
   config.model = learn
-  assert from_checkpoint.with_checkpoint_model(config).model.posemb == 'relative'
+  completed = from_checkpoint.with_checkpoint_model(settings.read(config))
+  assert completed.model_config.posemb == 'relative'
   # Read from a bare file's shapes: the run trains and exports the relative model, its tables
   # the checkpoint's (lr ~0), and a rerun resumes it (the record keeps the adopted posemb).
   bare = checkpoint.save(params, str(tmp_path / 'bare.npz'))

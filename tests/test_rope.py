@@ -14,6 +14,7 @@ from vit_jax import models
 from vit_jax import position_embeddings as pe
 from vit_jax import train
 from vit_jax.training import from_checkpoint
+from vit_jax.training import settings
 from vit_jax.weights import loading
 from vit_jax.weights import metadata as metadata_lib
 from vit_jax.weights import npz_format
@@ -145,7 +146,8 @@ def test_npz_round_trip_reads_the_posemb_back(kind, tmp_path):
         a.startswith('posemb sincos2d (not none or rope') for a in read.assumed)
     config = make_config(pretrained_path=bare)
     config.model = _config('rope')
-    assert from_checkpoint.with_checkpoint_model(config).model.posemb == 'rope'
+    completed = from_checkpoint.with_checkpoint_model(settings.read(config))
+    assert completed.model_config.posemb == 'rope'
 
 
 def test_timm_export_refuses_in_one_line():

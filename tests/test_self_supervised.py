@@ -23,6 +23,7 @@ from vit_jax.training import masked
 from vit_jax.training import mpp
 from vit_jax.training import optim
 from vit_jax.training import parallel
+from vit_jax.training import settings
 
 
 def ssl_config(trainer, **overrides):
@@ -81,7 +82,7 @@ def _init(model, crop=64):
 
 def test_mae_encoder_sees_only_the_visible_tokens():
   config = ssl_config('mae')
-  model = masked.get_model(config)
+  model = masked.get_model(settings.masked(config), config.model)
   params = _init(model)
   keep = mae.visible_patches(jax.random.key(1), 2, 16, 0.75)
   assert keep.shape == (2, 4)
@@ -99,7 +100,7 @@ def test_mae_encoder_sees_only_the_visible_tokens():
 def test_encoder_tree_is_the_supervised_vits_without_head(trainer):
   config = ssl_config(trainer)
   supervised = _init(models.get_model(config.model, num_classes=10))
-  encoder = _init(masked.get_model(config))['encoder']
+  encoder = _init(masked.get_model(settings.masked(config), config.model))['encoder']
   shapes = lambda tree: {k: v.shape for k, v in npz_format.flatten(tree).items()}  # noqa: E731
   assert shapes(encoder) == {k: v for k, v in shapes(supervised).items()
                              if not k.startswith('head/')}
@@ -119,8 +120,8 @@ def test_loss_falls_on_a_fixed_batch(trainer):
 
 def _fixed_steps(config, mesh):
   """Initial state, jitted train step and a fixed batch of smooth random images on `mesh`."""
-  model = masked.get_model(config)
-  tx = optim.make_optimizer(config, optim.learning_rate_schedule(
+  model = masked.get_model(settings.masked(config), config.model)
+  tx = optim.make_optimizer(settings.optimizer(config), optim.learning_rate_schedule(
       total_steps=30, base_lr=config.base_lr, decay_type='cosine', warmup_steps=2))
   params = _init(model)
   state = parallel.put_replicated({'params': params, 'opt_state': tx.init(params),
@@ -132,7 +133,7 @@ def _fixed_steps(config, mesh):
   images = np.broadcast_to(colours, (8, 64, 64, 3)).copy()
   batch = parallel.put_batch({'image': images, 'label': np.eye(10, dtype=np.float32)[
       rng.integers(0, 10, 8)]}, mesh)
-  return state, train.make_train_step(model, tx, config, mesh), batch
+  return state, train.make_train_step(model, tx, settings.read(config), mesh), batch
 
 
 @pytest.mark.parametrize('trainer', ['mae', 'mpp'])
@@ -230,7 +231,14 @@ def test_settings_the_masked_trainers_cannot_honour_are_one_line(change, message
   config.model.patches.size = (6, 6)
   change(config)
   with pytest.raises(ValueError, match=message):
-    masked.validate(config)
+    validate_masked(config)
+
+
+def validate_masked(config):
+  """`masked.validate` of `config`'s settings, as the trainer calls it."""
+  run = settings.read(config)
+  masked.validate(run.masked, run.model_config, crop=run.data.crop, mixup=run.mixup,
+                  teacher_path=run.distill.teacher_path, pretrained=run.pretrained_location)
 
 
 @pytest.mark.parametrize('layout', ['flat', 'train'])
@@ -308,7 +316,7 @@ def test_mpp_keeps_every_token_so_relative_tables_span_the_whole_grid():
   visible subset: tests/test_relative_posemb.py)."""
   config = ssl_config('mpp')
   config.model.posemb = 'relative'
-  model = masked.get_model(config)
+  model = masked.get_model(settings.masked(config), config.model)
   params = jax.jit(lambda: _init(model))()
   kind, source = mpp.corruption_plan(jax.random.key(1), 2, 16, corrupt=0.5, mask=0.8, random=0.1)
   x = jnp.asarray(np.random.default_rng(0).uniform(-1, 1, (2, 64, 64, 3)), jnp.float32)

@@ -11,6 +11,7 @@ from jax.sharding import PartitionSpec as P
 from vit_jax.weights import resume
 from vit_jax import config_lib
 from vit_jax.training import parallel
+from vit_jax.training import settings
 from vit_jax.training import state as state_lib
 from vit_jax import train
 from vit_jax.weights import npz_format
@@ -55,7 +56,7 @@ def dict_update(config, **overrides):
 
 
 def trainer_and_state(config):
-  trainer = state_lib.build_trainer(config, needs_pretrained=False)
+  trainer = state_lib.build_trainer(settings.read(config), needs_pretrained=False)
   return trainer, state_lib.init_state(trainer)
 
 
@@ -66,7 +67,7 @@ def test_fsdp_trains_like_replicated():
     trainer, state = trainer_and_state(fsdp_config(param_sharding=mode, total_steps=20))
     specs = {x.sharding.spec for x in jax.tree.leaves(state['opt_state'])}
     assert (specs == {P()}) == (mode == 'replicated')  # fsdp shards the moments too.
-    step = train.make_train_step(trainer.model, trainer.tx, trainer.config, trainer.mesh,
+    step = train.make_train_step(trainer.model, trainer.tx, trainer.run, trainer.mesh,
                                  state_lib.state_shardings(trainer))
     rng = np.random.default_rng(0)
     batch = parallel.put_batch({  # One fixed batch: the loss falls fast, so differences grow.
@@ -118,8 +119,8 @@ def test_checkpoint_written_on_4_devices_resumes_on_2(tmp_path, resumed_as):
   resumed = dict_update(config, param_sharding=resumed_as)
   real = parallel.make_mesh
   with mock.patch.object(parallel, 'make_mesh', lambda: real(jax.devices()[:2])):
-    trainer = state_lib.build_trainer(resumed, needs_pretrained=False)
-    manager = resume.make_checkpoint_manager(workdir, resumed)
+    trainer = state_lib.build_trainer(settings.read(resumed), needs_pretrained=False)
+    manager = resume.make_checkpoint_manager(workdir, resumed.keep_checkpoints)
     state, damaged = resume.restore_or_init(manager, lambda: state_lib.abstract_state(trainer),
                                             lambda: state_lib.init_state(trainer))
     manager.close()

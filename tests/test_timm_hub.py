@@ -230,6 +230,7 @@ def test_finetune_from_a_hub_folder(tmp_path):
   from vit_jax import config_lib
   from vit_jax import train
   from vit_jax.training import from_checkpoint
+  from vit_jax.training import settings
   folder = save_hub_folder(timm_model('dinov2_reg4'), tmp_path / 'hub')
   config = config_lib.with_dataset(config_lib.get_config(), write_image_dataset(
       str(tmp_path / 'data')))
@@ -237,12 +238,12 @@ def test_finetune_from_a_hub_folder(tmp_path):
   config.update(dict(pretrained_dir='', pretrained_path=folder, total_steps=2, batch=4,
                      batch_eval=4, accum_steps=1, warmup_steps=1, optim_dtype='float32',
                      eval_every=2, checkpoint_every=2, prefetch=1))
-  with_model = from_checkpoint.with_checkpoint_model(config)
-  assert with_model.model.num_registers == 4 and with_model.model.no_embed_class
-  model = models.get_model(with_model.model, num_classes=3)
+  with_model = from_checkpoint.with_checkpoint_model(settings.read(config)).model_config
+  assert with_model.num_registers == 4 and with_model.no_embed_class
+  model = models.get_model(with_model, num_classes=3)
   init = model.init(jax.random.key(0), jnp.zeros((1, 56, 56, 3)), train=False)['params']
   loaded = checkpoint.load_pretrained(pretrained_path=folder, init_params=init,
-                                      model_config=with_model.model, grid_shape=(4, 4))
+                                      model_config=with_model, grid_shape=(4, 4))
   assert not np.any(loaded['head']['kernel']) and loaded['head']['kernel'].shape == (32, 3)
   assert loaded['Transformer']['posembed_input']['pos_embedding'].shape == (1, 16, 32)
   workdir = str(tmp_path / 'run')
@@ -262,6 +263,7 @@ def check_run_normalization(workdir, folder, config, tmp_path):
   import glob
   from vit_jax.tools import export_timm
   from vit_jax import input_pipeline
+  from vit_jax.training import settings
   from vit_jax.training import from_checkpoint
   from vit_jax.training import run_record
   with open(os.path.join(folder, 'config.json')) as f:
@@ -269,15 +271,16 @@ def check_run_normalization(workdir, folder, config, tmp_path):
   mean, std = tuple(cfg['mean']), tuple(cfg['std'])
   assert mean != presets.OFFICIAL_MEAN  # DINOv2: ImageNet's.
   normalised = from_checkpoint.with_checkpoint_normalization(
-      from_checkpoint.with_checkpoint_model(config))
-  assert (tuple(normalised.pp.mean), tuple(normalised.pp.std)) == (mean, std)
+      from_checkpoint.with_checkpoint_model(settings.read(config))).data
+  assert (tuple(normalised.mean), tuple(normalised.std)) == (mean, std)
   # Recorded in the run (run.json's `input`): a resume decides the same even when the
   # pretrained folder is gone.
   moved = str(tmp_path / 'moved_away')
   os.rename(folder, moved)
   try:
-    resumed = run_record.with_recorded_contributions(config, run_record.read(workdir))
-    assert (tuple(resumed.pp.mean), tuple(resumed.pp.std)) == (mean, std)
+    resumed = run_record.with_recorded_contributions(settings.read(config),
+                                                     run_record.read(workdir)).data
+    assert (tuple(resumed.mean), tuple(resumed.std)) == (mean, std)
   finally:
     os.rename(moved, folder)
   eval_data = input_pipeline.get_eval_data(normalised)
@@ -288,7 +291,8 @@ def check_run_normalization(workdir, folder, config, tmp_path):
     assert np.abs(want - image).max(axis=(1, 2, 3)).min() < 1e-6
   mine = config.copy_and_resolve_references()
   mine.pp.mean = (0.4, 0.4, 0.4)  # The user's own value wins.
-  assert from_checkpoint.with_checkpoint_normalization(mine).pp.mean == (0.4, 0.4, 0.4)
+  assert from_checkpoint.with_checkpoint_normalization(
+      settings.read(mine)).data.mean == (0.4, 0.4, 0.4)
   with open(os.path.join(workdir, 'metadata.json')) as f:
     preprocessing = json.load(f)['preprocessing']
   assert (tuple(preprocessing['mean']), tuple(preprocessing['std'])) == (mean, std)

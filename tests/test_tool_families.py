@@ -34,6 +34,7 @@ from vit_jax.tools import features
 from vit_jax.tools import flops
 from vit_jax.tools import predict
 from vit_jax.training import export
+from vit_jax.training import settings
 
 from test_conformance import small_preset
 
@@ -60,7 +61,7 @@ def write_run(workdir: str, family: str) -> None:
   params = jax.tree.map(
       lambda s: (0.3 * rng.standard_normal(s.shape) + (1 if len(s.shape) == 1 else 0)
                  ).astype(np.float32), shapes)
-  trainer = types.SimpleNamespace(config=config, total_steps=1,
+  trainer = types.SimpleNamespace(run=settings.read(config), total_steps=1,
                                   info=types.SimpleNamespace(class_names=CLASSES))
   export.export_params(trainer, params, workdir,
                        {'accuracy': 0.5, 'num_examples': 2})

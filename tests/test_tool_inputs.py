@@ -10,7 +10,7 @@ import pytest
 
 from vit_jax import checkpoint
 from vit_jax import config_lib
-from vit_jax.weights import store
+from vit_jax.training import settings
 from vit_jax.tools import cli
 from vit_jax.tools import predict
 
@@ -50,7 +50,7 @@ def test_a_pytorch_pickle_is_one_line_saying_how_to_convert_and_never_unpickled(
   config = config_lib.get_config()
   config.pretrained_path = source  # Fine-tuning from it: the same line, before any training.
   with pytest.raises(checkpoint.CheckpointError, match='only safetensors weights are read'):
-    store.pretrained_path(config)
+    settings.read(config).pretrained_location()
   assert not marker.exists()
 
 
@@ -105,6 +105,7 @@ def _gradient(h, w):
 def test_exif_orientation_is_the_same_in_training_evaluation_and_predict(tmp_path):
   """A phone portrait (stored landscape, Orientation 6): every path sees it upright."""
   from vit_jax import input_pipeline
+  from vit_jax.training import settings
   from vit_jax.data import image_ops
   data = _exif_jpeg(_gradient(12, 20), 6, little_endian=True)
   for split in ('train', 'test'):
@@ -118,9 +119,9 @@ def test_exif_orientation_is_the_same_in_training_evaluation_and_predict(tmp_pat
   want = image_ops.preprocess(_upright_by_pillow(data), 8)
   assert image_ops.read_image(path).shape == (20, 12, 3)  # Portrait.
   np.testing.assert_array_equal(image_ops.load_images([path], 8)[0], want)
-  batch = next(iter(input_pipeline.get_eval_data(config).batches()))
+  batch = next(iter(input_pipeline.get_eval_data(settings.data(config)).batches()))
   evaluated = [image for image, keep in zip(batch['image'], batch['mask']) if keep]
-  trained = next(input_pipeline.get_train_data(config))['image']
+  trained = next(input_pipeline.get_train_data(settings.data(config)))['image']
   assert len(evaluated) == 2 and len(trained) == 4
   for image in (*evaluated, *trained):
     np.testing.assert_allclose(image, want, atol=1e-6)
@@ -132,6 +133,7 @@ def test_8_and_16_bit_pngs_and_tiffs_give_the_same_inputs(tmp_path):
   import tensorflow as tf
   from PIL import Image
   from vit_jax import input_pipeline
+  from vit_jax.training import settings
   from vit_jax.data import image_ops
   grey16 = (_gradient(10, 14)[..., 2].astype(np.uint16) * 257
             + np.random.default_rng(0).integers(0, 257, (10, 14))).astype(np.uint16)
@@ -157,7 +159,7 @@ def test_8_and_16_bit_pngs_and_tiffs_give_the_same_inputs(tmp_path):
   config = config_lib.get_config()
   config.update(dict(dataset=str(tmp_path), batch=4, batch_eval=4, prefetch=1,
                      pp=dict(train='train', test='test', crop=8)))
-  evaluated = next(iter(input_pipeline.get_eval_data(config).batches()))
+  evaluated = next(iter(input_pipeline.get_eval_data(settings.data(config)).batches()))
   by_label = {int(np.argmax(label)): image for image, label, keep in zip(
       evaluated['image'], evaluated['label'], evaluated['mask']) if keep}
   for position, path in enumerate(files[:3]):  # Classes sort as eight, rgb48, sixteen.

@@ -26,6 +26,7 @@ from vit_jax.training import losses
 from vit_jax.training import optim
 from vit_jax.training import parallel
 from vit_jax.training import run_record
+from vit_jax.training import settings
 from vit_jax.training import stages
 from vit_jax import train
 from vit_jax.weights import npz_format
@@ -83,7 +84,7 @@ def test_finetune_from_npz_writes_events_and_params(tmp_path, mock_cifar10):
 def fixed_batch_step(config, decay_type, total_steps, warmup_steps):
   """A jitted train step, its initial state and one fixed random batch (4 classes, 32px)."""
   model = models.get_model(config.model, num_classes=4)
-  tx = optim.make_optimizer(config, optim.learning_rate_schedule(
+  tx = optim.make_optimizer(settings.optimizer(config), optim.learning_rate_schedule(
       total_steps=total_steps, base_lr=config.base_lr, decay_type=decay_type,
       warmup_steps=warmup_steps))
   mesh = parallel.make_mesh()
@@ -96,8 +97,8 @@ def fixed_batch_step(config, decay_type, total_steps, warmup_steps):
            'rng': jax.random.key_data(jax.random.key(0))}
   if config.get('ema_decay'):
     state['ema_params'] = jax.tree.map(np.array, params)  # Own buffers: the state is donated.
-  return (train.make_train_step(model, tx, config, mesh), parallel.put_replicated(state, mesh),
-          batch)
+  return (train.make_train_step(model, tx, settings.read(config), mesh),
+          parallel.put_replicated(state, mesh), batch)
 
 
 class _PooledLinear(nn.Module):
@@ -125,7 +126,7 @@ def test_uint8_batches_train_as_the_float_batches_they_normalise_to():
     state = {'params': params, 'opt_state': tx.init(params), 'step': jnp.zeros((), jnp.int32),
              'rng': jax.random.key_data(jax.random.key(0))}
     images = pixels if uint8 else pixels.astype(np.float32) / 127.5 - 1.
-    step = train.make_train_step(model, tx, config, mesh)
+    step = train.make_train_step(model, tx, settings.read(config), mesh)
     results.append(step(parallel.put_replicated(state, mesh),
                         parallel.put_batch({'image': images, 'label': labels}, mesh)))
   (float_state, float_metrics), (uint8_state, uint8_metrics) = results
@@ -402,7 +403,7 @@ def test_ema_run_exports_the_average_and_reports_the_raw_accuracy(tmp_path, mock
   train.train_and_evaluate(make_config(eval_every=0), plain)
   result = train.train_and_evaluate(make_config(eval_every=0, ema_decay=0.5), averaged)
   # The average does not change training: its raw weights are the plain run's.
-  state = resume.make_checkpoint_manager(averaged, make_config()).restore(6)
+  state = resume.make_checkpoint_manager(averaged, make_config().keep_checkpoints).restore(6)
   assert_trees_close(jax.device_get(state['params']), final_params(plain))
   assert_trees_close(jax.device_get(state['ema_params']), final_params(averaged))
   flat_plain = npz_format.flatten(final_params(plain))

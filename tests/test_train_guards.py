@@ -19,6 +19,7 @@ import forked
 from vit_jax.weights import resume
 from vit_jax import config_lib
 from vit_jax import input_pipeline
+from vit_jax.training import settings
 from vit_jax import models
 from vit_jax.training import losses
 from vit_jax.training import optim
@@ -52,7 +53,7 @@ def poisoned_optimizer(steps):
   real = optim.make_optimizer
   return mock.patch.object(
       optim, 'make_optimizer',
-      lambda config, schedule: optax.chain(inf_gradient_at(steps), real(config, schedule)))
+      lambda optimizer, schedule: optax.chain(inf_gradient_at(steps), real(optimizer, schedule)))
 
 
 def saved_steps(workdir):
@@ -60,7 +61,7 @@ def saved_steps(workdir):
 
 
 def assert_checkpoints_finite(workdir, config):
-  manager = resume.make_checkpoint_manager(workdir, config)
+  manager = resume.make_checkpoint_manager(workdir, config.keep_checkpoints)
   for step in manager.all_steps():
     state = manager.restore(step)
     for leaf in jax.tree.leaves(state['params']):
@@ -155,7 +156,8 @@ def test_ema_run_exports_an_average_of_the_trained_weights(tmp_path, mock_cifar1
   workdir = str(tmp_path / 'run')
   with caplog.at_level('INFO'):
     result = train.train_and_evaluate(config, workdir)
-  raw = jax.device_get(resume.make_checkpoint_manager(workdir, config).restore(6)['params'])
+  manager = resume.make_checkpoint_manager(workdir, config.keep_checkpoints)
+  raw = jax.device_get(manager.restore(6)['params'])
   ema = final_params(workdir)
   # The head starts at zero: an average that kept 0.9995^6 = 99.7% of it would be ~0.
   raw_norm, ema_norm = (np.linalg.norm(p['head']['kernel']) for p in (raw, ema))
@@ -188,12 +190,12 @@ def stream_config(dataset, **overrides):
 
 def test_mixup_leaves_the_per_process_streams_a_split_of_the_global_one(tmp_path):
   config = stream_config(write_image_dataset(str(tmp_path / 'data')), mixup=0.5)
-  single = next(input_pipeline.get_train_data(config))
+  single = next(input_pipeline.get_train_data(settings.data(config)))
   parts = []
   for index in range(2):
     with mock.patch.object(jax, 'process_count', return_value=2), \
          mock.patch.object(jax, 'process_index', return_value=index):
-      parts.append(next(input_pipeline.get_train_data(config)))
+      parts.append(next(input_pipeline.get_train_data(settings.data(config))))
   for key in ('image', 'label'):
     np.testing.assert_array_equal(np.concatenate([p[key] for p in parts]), single[key])
 
@@ -274,7 +276,7 @@ def test_eval_loss_is_the_training_loss_kind(tmp_path, mock_cifar10):
   model = models.get_model(config.model, num_classes=10)
   params = final_params(workdir)
   total, count = 0., 0.
-  for batch in input_pipeline.get_eval_data(config).batches():
+  for batch in input_pipeline.get_eval_data(settings.data(config)).batches():
     logits = model.apply({'params': params}, batch['image'], train=False)
     losses = optax.sigmoid_binary_cross_entropy(logits, batch['label']).sum(-1)
     total += float(jnp.sum(losses * batch['mask']))
@@ -292,7 +294,7 @@ def test_adamw_weight_decay_mask(on, decayed):
   model = models.get_model(config.model, num_classes=4)
   params = model.init(jax.random.key(0), jnp.zeros((1, 32, 32, 3)), train=False)['params']
   params = jax.tree.map(lambda x: x + 0.1, params)  # Nothing zero: decay is visible everywhere.
-  tx = optim.make_optimizer(config, optax.constant_schedule(1.))
+  tx = optim.make_optimizer(settings.optimizer(config), optax.constant_schedule(1.))
   zeros = jax.tree.map(jnp.zeros_like, params)  # Adam's own update is 0: only the decay moves.
   updates, _ = tx.update(zeros, tx.init(params), params)
   moved = {k for k, v in npz_format.flatten(jax.device_get(updates)).items() if np.any(v)}
@@ -307,7 +309,7 @@ def decayed_params(model, image_size):
   params = model.init(jax.random.key(0), jnp.zeros((1, image_size, image_size, 3)),
                       train=False)['params']
   params = jax.tree.map(lambda x: x + 0.1, params)  # Nothing zero: decay is visible everywhere.
-  tx = optim.make_optimizer(config, optax.constant_schedule(1.))
+  tx = optim.make_optimizer(settings.optimizer(config), optax.constant_schedule(1.))
   updates, _ = tx.update(jax.tree.map(jnp.zeros_like, params), tx.init(params), params)
   flat = npz_format.flatten(jax.device_get(updates))
   return {k for k, v in flat.items() if np.any(v)}, set(flat)
@@ -359,7 +361,7 @@ def test_keep_head_puts_the_heads_outputs_in_the_datasets_class_order(tmp_path):
   """Issue 62.1: a kept head is matched by class name, not by position."""
   from vit_jax.training import state as state_lib
   path, params = animals_checkpoint(tmp_path, ('eel', 'cat', 'dog'), order=(2, 0, 1))
-  trainer = state_lib.build_trainer(keep_head_config(tmp_path, path))
+  trainer = state_lib.build_trainer(settings.read(keep_head_config(tmp_path, path)))
   head = jax.device_get(state_lib.init_state(trainer)['params']['head'])
   np.testing.assert_array_equal(head['kernel'], params['head']['kernel'])
   np.testing.assert_array_equal(head['bias'], params['head']['bias'])
@@ -369,7 +371,7 @@ def test_keep_head_on_other_classes_is_refused_in_one_line(tmp_path):
   """Issue 62.1: [cat, dog, fox] kept onto [cat, dog, eel] trained 'fox' as 'eel', silently."""
   from vit_jax.training import state as state_lib
   path, _ = animals_checkpoint(tmp_path, ('cat', 'dog', 'fox'))
-  trainer = state_lib.build_trainer(keep_head_config(tmp_path, path))
+  trainer = state_lib.build_trainer(settings.read(keep_head_config(tmp_path, path)))
   with pytest.raises(ValueError) as error:
     state_lib.init_state(trainer)
   message = str(error.value)
@@ -380,7 +382,7 @@ def test_keep_head_on_other_classes_is_refused_in_one_line(tmp_path):
 def test_keep_head_from_a_file_without_class_names_says_so(tmp_path, caplog):
   from vit_jax.training import state as state_lib
   path, params = animals_checkpoint(tmp_path, None)
-  trainer = state_lib.build_trainer(keep_head_config(tmp_path, path))
+  trainer = state_lib.build_trainer(settings.read(keep_head_config(tmp_path, path)))
   with caplog.at_level('WARNING'):
     head = jax.device_get(state_lib.init_state(trainer)['params']['head'])
   np.testing.assert_array_equal(head['kernel'], params['head']['kernel'])

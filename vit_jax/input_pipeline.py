@@ -1,7 +1,9 @@
 """Input pipelines: a TFDS dataset or a folder of images → numpy batches for this process.
 
-The entry points the official code has: `get_dataset_info`, `get_train_data`, `get_eval_data`.
-Train data is an infinite stream that is a function of `config.seed` and the position in it,
+The entry points the official code has: `get_dataset_info`, `get_train_data`, `get_eval_data`;
+they take a `Data` (what the config's dataset, pp and batch fields say, read once by
+`vit_jax.training.settings.data`), not the config.
+Train data is an infinite stream that is a function of `Data.seed` and the position in it,
 so a run resumes exactly (`data/stream.py`): every random choice (crop, flip, RandAugment,
 random erasing, `data/augment.py`) comes from stateless ops seeded by the example's position
 (Mixup needs the global batch: it runs in the train step). Eval data covers its split exactly
@@ -21,7 +23,7 @@ fine. Images are decoded to 3 channels (grayscale repeated, alpha dropped) and n
 import dataclasses
 import functools
 import os
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 import jax
 import numpy as np
@@ -38,13 +40,61 @@ Batch = Dict[str, np.ndarray]
 
 
 @dataclasses.dataclass(frozen=True)
+class Data:
+  """What a run reads, how it is augmented and batched (defaults in `config_lib`).
+
+  Attributes:
+    dataset: a TFDS name or a folder of images (`config.dataset`).
+    tfds_data_dir: TFDS's data_dir, None for its default (`config.tfds_data_dir`).
+    tfds_manual_dir: a folder with the dataset's files (`config.tfds_manual_dir`).
+    sharding: 'split' or 'stream' (`config.data_sharding`, see `stream.sharding`).
+    train: the train split (`config.pp.train`, TFDS slicing syntax).
+    test: the eval split (`config.pp.test`).
+    val: a validation split evaluated beside it, '' for none (`config.pp.val`).
+    train_eval: a subset of `train` evaluated as `test` is, '' for none (`config.pp.train_eval`).
+    crop: the square input side (`config.pp.crop`).
+    mean: per-channel input mean of the [0, 1] image (`config.pp.mean`).
+    std: per-channel input std (`config.pp.std`).
+    uint8_batches: train batches as uint8, normalised in the step (`config.pp.uint8_batches`).
+    augment: the train augmentation (`config.pp.train_aug`, `area_min`, `randaug`,
+      `random_erase`).
+    batch: the global train batch (`config.batch`).
+    batch_eval: the global eval batch (`config.batch_eval`).
+    shuffle_buffer: the shuffle buffer of sources without random access
+      (`config.shuffle_buffer`).
+    seed: the seed of the data order and the augmentation (`config.seed`).
+    prefetch: train batches kept ready (`config.prefetch`).
+    autotune: tf.data autotuning of the train pipeline (`config.data_autotune`).
+  """
+  dataset: str
+  tfds_data_dir: Optional[str]
+  tfds_manual_dir: Optional[str]
+  sharding: str
+  train: str
+  test: str
+  val: str
+  train_eval: str
+  crop: int
+  mean: Sequence[float]
+  std: Sequence[float]
+  uint8_batches: bool
+  augment: augment.Augment
+  batch: int
+  batch_eval: int
+  shuffle_buffer: int
+  seed: int
+  prefetch: int
+  autotune: bool
+
+
+@dataclasses.dataclass(frozen=True)
 class DatasetInfo:
   """What the model and the schedule need to know about the configured splits.
 
   Attributes:
     num_classes: Size of the one-hot labels.
-    num_train_examples: Examples in `config.pp.train`, over all processes.
-    num_test_examples: Examples in `config.pp.test`, over all processes.
+    num_train_examples: Examples in `Data.train`, over all processes.
+    num_test_examples: Examples in `Data.test`, over all processes.
     class_names: Name of each class index.
   """
   num_classes: int
@@ -82,15 +132,15 @@ class SplitOverlapError(ValueError):
   """config.pp.train and config.pp.test share examples: accuracy on training images."""
 
 
-def get_dataset_info(config: Any) -> DatasetInfo:
-  """Class names and the sizes of `config.pp.train` and `config.pp.test` (all processes).
+def get_dataset_info(data: Data) -> DatasetInfo:
+  """Class names and the sizes of `data.train` and `data.test` (all processes).
 
   Raises:
     ValueError: if a split is empty, or an eval example is also a train example (accuracy on
       training images).
   """
-  source = _open(config)
-  train, test = config.pp.train, config.pp.test
+  source = _open(data)
+  train, test = data.train, data.test
   info = DatasetInfo(
       num_classes=len(source.class_names),
       num_train_examples=sum(source.split(train).shares),
@@ -102,12 +152,12 @@ def get_dataset_info(config: Any) -> DatasetInfo:
           f'{source.describe(spec)} has no examples: nothing to train on or evaluate. Give it '
           'some, e.g. --config.pp.train=train[:80%] --config.pp.test=train[80%:] (or add a '
           'test/ folder).')
-  _check_val_disjoint(source, config)
+  _check_val_disjoint(source, data)
   shared = source.overlap(train, test)
   if shared:
     raise SplitOverlapError(
         f'config.pp.train={train!r} and config.pp.test={test!r} share {shared} of the '
-        f'{info.num_test_examples} eval examples of {config.dataset}: the accuracy would be '
+        f'{info.num_test_examples} eval examples of {data.dataset}: the accuracy would be '
         'measured on training images. Make them disjoint, e.g. --config.pp.train=train[:98%] '
         '--config.pp.test=train[98%:] (or give the folder a test/ folder).')
   logging.info('Training on %s: %d examples; evaluating on %s: %d examples (disjoint).',
@@ -116,17 +166,17 @@ def get_dataset_info(config: Any) -> DatasetInfo:
   return info
 
 
-def num_classes(config: Any) -> int:
-  """Classes of `config.dataset` (its label names), without reading any split."""
-  return len(_open(config).class_names)
+def num_classes(data: Data) -> int:
+  """Classes of `data.dataset` (its label names), without reading any split."""
+  return len(_open(data).class_names)
 
 
-def class_counts(config: Any, spec: str) -> Tuple[Tuple[str, ...], np.ndarray]:
-  """(class names, images of each class) of split `spec` of `config.dataset`, all processes.
+def class_counts(data: Data, spec: str) -> Tuple[Tuple[str, ...], np.ndarray]:
+  """(class names, images of each class) of split `spec` of `data.dataset`, all processes.
 
   Reads the labels only: a folder's listing, a TFDS split's records (images not decoded).
   """
-  source = _open(config)
+  source = _open(data)
   split = source.split(spec, per_process=False)
   labels = split.make().map(lambda example: example['label'],
                             num_parallel_calls=tf.data.AUTOTUNE).batch(4096)
@@ -136,9 +186,9 @@ def class_counts(config: Any, spec: str) -> Tuple[Tuple[str, ...], np.ndarray]:
   return source.class_names, counts
 
 
-def split_size(config: Any, spec: str) -> int:
-  """Examples of split `spec` of `config.dataset`, all processes (only its size is read)."""
-  return sum(_open(config).split(spec, per_process=False).shares)
+def split_size(data: Data, spec: str) -> int:
+  """Examples of split `spec` of `data.dataset`, all processes (only its size is read)."""
+  return sum(_open(data).split(spec, per_process=False).shares)
 
 
 def too_few_classes(class_names: Tuple[str, ...]) -> Optional[str]:
@@ -154,94 +204,96 @@ def too_few_classes(class_names: Tuple[str, ...]) -> Optional[str]:
   return f'it has {len(class_names)} class' + (f' ({named})' if named else 'es')
 
 
-def split_overlap(config: Any, train: str, test: str) -> int:
-  """Examples of `config.dataset` that split strings `train` and `test` share."""
-  return _open(config).overlap(train, test)
+def split_overlap(data: Data, train: str, test: str) -> int:
+  """Examples of `data.dataset` that split strings `train` and `test` share."""
+  return _open(data).overlap(train, test)
 
 
-def dataset_identity(config: Any) -> Dict[str, Any]:
-  """What `config` trains and evaluates on, wherever it is stored: the source's identity
+def dataset_identity(data: Data) -> Dict[str, Any]:
+  """What `data` trains and evaluates on, wherever it is stored: the source's identity
   (`sources.Source.identity`) and the split strings read (`config.pp.*`)."""
-  identity = dict(_open(config).identity())
-  identity['splits'] = {name: config.pp[name] for name in ('train', 'test', 'val', 'train_eval')
-                        if config.pp[name]}
+  identity = dict(_open(data).identity())
+  splits = dict(train=data.train, test=data.test, val=data.val, train_eval=data.train_eval)
+  identity['splits'] = {name: spec for name, spec in splits.items() if spec}
   return identity
 
 
-def _check_val_disjoint(source: sources.Source, config: Any) -> None:
+def _check_val_disjoint(source: sources.Source, data: Data) -> None:
   """pp.val guides choices made after seeing results: it may share no image with pp.train."""
-  if not config.pp.val:
+  if not data.val:
     return
-  shared = source.overlap(config.pp.train, config.pp.val)
+  shared = source.overlap(data.train, data.val)
   if shared:
     raise SplitOverlapError(
-        f'config.pp.train={config.pp.train!r} and config.pp.val={config.pp.val!r} share {shared} '
+        f'config.pp.train={data.train!r} and config.pp.val={data.val!r} share {shared} '
         'examples: validation accuracy would be measured on training images. Carve them apart, '
         'e.g. --config.pp.train=train[:90%] --config.pp.val=train[90%:].')
 
 
-def get_train_data(config: Any, *, start_batch: int = 0) -> Iterator[Batch]:
+def get_train_data(data: Data, *, start_batch: int = 0) -> Iterator[Batch]:
   """Infinite train batches of this process: {'image': [b, crop, crop, 3], 'label': one-hot}.
 
   Args:
-    config: Reads dataset, tfds_data_dir, tfds_manual_dir, data_sharding, pp.train, pp.crop,
-      pp.train_aug, pp.randaug, pp.uint8_batches, batch, shuffle_buffer, seed, prefetch and
-      data_autotune (Mixup is applied to the global batch in the train step).
+    data: Reads every field but test, val, train_eval and batch_eval (Mixup is applied to
+      the global batch in the train step).
     start_batch: Batches to skip; the stream then equals the one from 0 minus its first
       `start_batch` batches (used on resume, with the number of steps done).
 
   Returns:
-    A numpy iterator; b = config.batch // jax.process_count(), images normalised (float32,
-    in [-1, 1] with the official mean/std), or uint8 with `config.pp.uint8_batches` (the train
+    A numpy iterator; b = data.batch // jax.process_count(), images normalised (float32,
+    in [-1, 1] with the official mean/std), or uint8 with `data.uint8_batches` (the train
     step normalises them: `device_normalize`).
   """
   if start_batch < 0:
     raise ValueError(f'start_batch must be >= 0, got {start_batch}.')
-  source = _open(config)
-  shared_stream = stream.sharding(config) == 'stream'
-  split = source.split(config.pp.train, per_process=not shared_stream)
-  local_batch = _local_batch(config.batch, 'batch')
+  source = _open(data)
+  shared_stream = stream.sharding(data.sharding) == 'stream'
+  split = source.split(data.train, per_process=not shared_stream)
+  local_batch = _local_batch(data.batch, 'batch')
   if split.num_examples == 0:
-    raise ValueError(f'Train split {config.pp.train!r} has no examples here; '
+    raise ValueError(f'Train split {data.train!r} has no examples here; '
                      'check config.pp.train.')
-  preprocess = augment.make_train_preprocess(config, len(source.class_names))
-  base_seed = stream.process_seed(config, shared=shared_stream)
+  preprocess = augment.make_train_preprocess(
+      data.augment, crop=data.crop, mean=data.mean, std=data.std,
+      uint8_batches=data.uint8_batches, num_classes=len(source.class_names))
+  base_seed = stream.process_seed(data.seed, shared=shared_stream)
   example_seed = tf.random.experimental.stateless_fold_in(base_seed, 0)
-  ds = stream.train_stream(config, split, start_batch * local_batch, local_batch, shared_stream)
+  order = dict(seed=data.seed, shuffle_buffer=data.shuffle_buffer)
+  ds = stream.train_stream(split, start_batch * local_batch, local_batch, shared_stream, **order)
   ds = ds.map(lambda position, example: preprocess(
       example, tf.random.experimental.stateless_fold_in(example_seed, position)),
               num_parallel_calls=tf.data.AUTOTUNE)
   ds = ds.batch(local_batch, drop_remainder=True)
-  ds = ds.prefetch(max(1, int(config.prefetch)))
-  if not config.data_autotune:
+  ds = ds.prefetch(max(1, int(data.prefetch)))
+  if not data.autotune:
     options = tf.data.Options()
     options.autotune.enabled = False
     ds = ds.with_options(options)
   return stream.numpy_batches(ds, stream.train_locator(
-      config, split, start_batch * local_batch, local_batch, shared_stream))
+      split, start_batch * local_batch, local_batch, shared_stream, **order))
 
 
-def device_normalize(config: Any) -> Optional[Callable[[Any], Any]]:
+def device_normalize(data: Data) -> Optional[Callable[[Any], Any]]:
   """What the train step applies to `get_train_data`'s images: the normalisation of uint8
-  batches (`config.pp.uint8_batches`, jax.numpy), or None (the batches are model inputs)."""
-  if not config.pp.uint8_batches:
+  batches (`data.uint8_batches`, jax.numpy), or None (the batches are model inputs)."""
+  if not data.uint8_batches:
     return None
-  return image_ops.device_normalize(config.pp.mean, config.pp.std)
+  return image_ops.device_normalize(data.mean, data.std)
 
 
-def get_eval_data(config: Any, spec: Optional[str] = None) -> EvalData:
-  """All of split `spec` (default `config.pp.test`), resized to `pp.crop`, split over processes,
+def get_eval_data(data: Data, spec: Optional[str] = None) -> EvalData:
+  """All of split `spec` (default `data.test`), resized to `data.crop`, split over processes,
   padded and masked."""
-  spec = config.pp.test if spec is None else spec
-  source = _open(config)
+  spec = data.test if spec is None else spec
+  source = _open(data)
   split = source.split(spec)
-  local_batch = _local_batch(config.batch_eval, 'batch_eval')
+  local_batch = _local_batch(data.batch_eval, 'batch_eval')
   num_batches = -(-max(split.shares) // local_batch)
   if num_batches == 0:
     raise ValueError(f'Eval split {spec!r} is empty; check config.pp.test, pp.val and '
                      'pp.train_eval.')
-  crop, num_classes = augment.crop_size(config), len(source.class_names)
-  normalize = image_ops.make_normalize(config.pp.mean, config.pp.std)
+  crop, num_classes = augment.crop_size(data.crop), len(source.class_names)
+  normalize = image_ops.make_normalize(data.mean, data.std)
 
   def preprocess(example):
     data = split.read(example['image'])
@@ -265,9 +317,9 @@ def get_eval_data(config: Any, spec: Optional[str] = None) -> EvalData:
                   locate=stream.eval_locator(split, local_batch))
 
 
-def _open(config: Any) -> sources.Source:
+def _open(data: Data) -> sources.Source:
   _hide_accelerators_from_tf()
-  dataset = config.dataset
+  dataset = data.dataset
   if not dataset:
     raise ValueError('config.dataset is empty: set a TFDS name (e.g. cifar10) or a directory '
                      'with train/<class>/*.jpg and test/<class>/*.jpg.')
@@ -276,7 +328,7 @@ def _open(config: Any) -> sources.Source:
   # TFDS only when a TFDS name is opened: importing the pipeline does not import it.
   from vit_jax.data import fashion_mnist  # noqa: F401  # pylint: disable=g-import-not-at-top
   from vit_jax.data import tfds_source  # pylint: disable=g-import-not-at-top
-  return tfds_source.open_tfds(config)
+  return tfds_source.open_tfds(dataset, data.tfds_data_dir, data.tfds_manual_dir)
 
 
 @functools.cache

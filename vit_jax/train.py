@@ -1,10 +1,11 @@
 """Training and evaluation: `train_and_evaluate(config, workdir)`, its steps and its loop.
 
-Flow: dataset info → model → initial state (workdir checkpoint > pretrained npz > scratch) →
-jit-compiled data-parallel `train_step` over a 1-D mesh → periodic progress, eval and orbax
-checkpoints → `workdir/params.npz` in the published format. What the loop is built from lives
-in `vit_jax.training` (state, losses, progress, stop, export, stages) and the resumable
-checkpoints in `vit_jax.weights.resume`.
+Flow: the config read once (`training.settings.read`) → dataset info → model → initial state
+(workdir checkpoint > pretrained npz > scratch) → jit-compiled data-parallel `train_step` over a
+1-D mesh → periodic progress, eval and orbax checkpoints → `workdir/params.npz` in the
+published format. What the loop is built from lives in `vit_jax.training` (settings, state,
+losses, progress, stop, export, stages) and the resumable checkpoints in
+`vit_jax.weights.resume`; none of it reads the config but `settings` and the run record.
 """
 
 import functools
@@ -33,6 +34,7 @@ from vit_jax.training import parallel
 from vit_jax.training import plotting
 from vit_jax.training import progress as progress_lib
 from vit_jax.training import run_record
+from vit_jax.training import settings
 from vit_jax.training import stages
 from vit_jax.training import state as state_lib
 from vit_jax.training import stop as stop_lib
@@ -77,25 +79,29 @@ def accumulate_gradient(loss_fn: Callable, params: Any, images: jax.Array, label
   return jax.tree.map(lambda x: x / accum_steps, (loss, grads))
 
 
-def make_train_step(model: Any, tx: optax.GradientTransformation, config: Any, mesh: Mesh,
+def make_train_step(model: Any, tx: optax.GradientTransformation, run: settings.Run, mesh: Mesh,
                     shardings: Any = None, teacher: Optional[distill.Teacher] = None,
                     ) -> Callable[[State, Mapping[str, jax.Array]], Tuple[State, Dict]]:
   """Returns the jitted `train_step(state, batch) -> (state, metrics)` (state donated).
 
-  `shardings` (a tree like the state; default all replicated) is both the input and the output
-  sharding of the state: with sharded params XLA inserts the all-gathers before use and
-  reduce-scatters the gradients, in this same function. With a `teacher`, its params are a
-  (replicated) argument of the compiled step and its forward pass runs per microbatch on the
-  same images (`distill`). With `config.mixup` the global batch is mixed first (`mixup`). A step
-  whose loss, gradient norm or new weights are not finite returns the state unchanged, with
-  `metrics['nonfinite']` set for the loop to stop on.
+  `run` gives the loss, label smoothing, Mixup, weight average, accumulation, the masked
+  trainers' objective and the uint8 batches' normalisation. `shardings` (a tree like the
+  state; default all replicated) is both the input and the output sharding of the state: with
+  sharded params XLA inserts the all-gathers before use and reduce-scatters the gradients, in
+  this same function. With a `teacher`, its params are a (replicated) argument of the compiled
+  step and its forward pass runs per microbatch on the same images (`distill`). With
+  `run.mixup` the global batch is mixed first (`mixup`). A step whose loss, gradient norm or
+  new weights are not finite returns the state unchanged, with `metrics['nonfinite']` set for
+  the loop to stop on.
   """
-  loss_kind = config.loss
-  smoothing = config.label_smoothing
-  ema_decay = config.ema_decay
-  mixup_alpha = float(config.mixup)
-  objective = masked.objective(config, model)  # Self-supervised: the images are the targets.
-  normalize = input_pipeline.device_normalize(config)  # uint8 batches: normalised here.
+  loss_kind = run.loss
+  smoothing = run.label_smoothing
+  ema_decay = run.ema_decay
+  mixup_alpha = float(run.mixup)
+  accum_steps = run.accum_steps or 1
+  distilling = run.distill
+  objective = _objective(run, model)  # Self-supervised: the images are the targets.
+  normalize = input_pipeline.device_normalize(run.data)  # uint8 batches: normalised here.
 
   def loss_fn(params, images, labels, rng, teacher_params):
     if objective is not None:
@@ -107,7 +113,7 @@ def make_train_step(model: Any, tx: optax.GradientTransformation, config: Any, m
                                          rngs={'dropout': rng})
     loss = losses.compute_loss(logits, labels, loss_kind, smoothing)
     if teacher is not None:
-      loss = distill.distill_loss(config, dist_logits,
+      loss = distill.distill_loss(distilling, dist_logits,
                                   distill.teacher_logits(teacher, teacher_params, images), loss)
     return loss.mean()
 
@@ -123,7 +129,7 @@ def make_train_step(model: Any, tx: optax.GradientTransformation, config: Any, m
           jax.random.fold_in(seed, losses.MIXUP_STREAM), state['step']))
     loss, grads = accumulate_gradient(
         functools.partial(loss_fn, teacher_params=teacher_params), state['params'],
-        images, labels, rng, config.accum_steps or 1)
+        images, labels, rng, accum_steps)
     updates, opt_state = tx.update(grads, state['opt_state'], state['params'])
     params = optax.apply_updates(state['params'], updates)
     new_state = dict(state, params=params, opt_state=opt_state, step=state['step'] + 1)
@@ -146,13 +152,18 @@ def make_train_step(model: Any, tx: optax.GradientTransformation, config: Any, m
   return lambda state, batch: step(state, batch, teacher_params)
 
 
+def _objective(run: settings.Run, model: Any) -> Optional[masked.Objective]:
+  """The masked trainers' `Objective` for `model`, or None (supervised)."""
+  return masked.objective(run.masked, model, run.model_config, run.data.mean, run.data.std)
+
+
 def make_eval_step(model: Any, mesh: Mesh, params_sharding: Any = None,
                    loss_kind: str = 'softmax_xent',
                    objective: Optional[masked.Objective] = None) -> Callable:
   """Returns jitted `eval_step(params, batch) -> {correct, loss, count}` as masked sums.
 
   `params_sharding` is the train state's (default replicated): eval reads the params in place.
-  `loss_kind` is the training loss's (`config.loss`, without label smoothing), so the eval loss
+  `loss_kind` is the training loss's (`run.loss`, without label smoothing), so the eval loss
   of a sigmoid run is the sigmoid loss it optimises. A self-supervised `objective` computes
   its own sums (its loss on fixed masks).
   """
@@ -185,10 +196,10 @@ def evaluate(eval_step: Callable, params: Any, eval_data: Any, mesh: Mesh) -> Di
           'num_examples': int(totals['count'])}
 
 
-def get_eval_splits(config: Any) -> Dict[str, Any]:
+def get_eval_splits(data: input_pipeline.Data) -> Dict[str, Any]:
   """{'test': pp.test} plus 'val' (pp.val) and 'train' (pp.train_eval) when set, as EvalData."""
-  specs = dict(test=config.pp.test, val=config.pp.val, train=config.pp.train_eval)
-  return {name: input_pipeline.get_eval_data(config, spec) for name, spec in specs.items() if spec}
+  specs = dict(test=data.test, val=data.val, train=data.train_eval)
+  return {name: input_pipeline.get_eval_data(data, spec) for name, spec in specs.items() if spec}
 
 
 def run_eval(trainer: state_lib.Trainer, eval_step: Callable, state: State,
@@ -234,42 +245,44 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   model is the one `config.pretrained_path` holds (`from_checkpoint.with_checkpoint_model`).
   A rerun is first compared with the run directory's record (`run_record.check`: other data or
   config stop it before anything is written); resuming takes what the pretrained weights
-  contributed from the record, without opening them.
+  contributed from the record, without opening them. The config is read once, here
+  (`settings.read`); what follows takes the settings.
   """
-  user_config, checked = config, run_record.check(config, workdir)
+  checked = run_record.check(config, workdir)
+  user = settings.read(config)
   pretrained = from_checkpoint.PretrainedSource()  # Read at most once, by whoever needs it first.
   if checked.record is not None:  # A rerun: what the weights contributed is in the record.
-    config = run_record.with_recorded_contributions(config, checked.record)
+    run = run_record.with_recorded_contributions(user, checked.record)
   else:
-    config = from_checkpoint.with_checkpoint_normalization(
-        from_checkpoint.with_checkpoint_model(config, pretrained), pretrained)
+    run = from_checkpoint.with_checkpoint_normalization(
+        from_checkpoint.with_checkpoint_model(user, pretrained), pretrained)
   with resume.unmade_if_refused(workdir):
-    manager = resume.make_checkpoint_manager(workdir, config)
-    trainer = state_lib.build_trainer(config, needs_pretrained=manager.latest_step() is None)
-    eval_data = get_eval_splits(config)  # Its splits checked too before anything is written.
+    manager = resume.make_checkpoint_manager(workdir, run.keep_checkpoints)
+    trainer = state_lib.build_trainer(run, needs_pretrained=manager.latest_step() is None)
+    eval_data = get_eval_splits(run.data)  # Its splits checked too before anything is written.
   state, damaged = resume.restore_or_init(manager, lambda: state_lib.abstract_state(trainer),
                                           lambda: state_lib.init_state(trainer,
                                                                        pretrained=pretrained))
   pretrained = None  # Its host copy of the pretrained arrays is not needed any more.
   if damaged:  # Reopened without them, so orbax neither resumes from nor deletes them.
     manager.close()
-    manager = resume.make_checkpoint_manager(workdir, config, damaged)
+    manager = resume.make_checkpoint_manager(workdir, run.keep_checkpoints, damaged)
   start = int(parallel.to_host(state['step']))
-  run_record.write(workdir, checked, user_config, config, trainer.info.class_names, start,
+  run_record.write(workdir, checked, user, run, trainer.info.class_names, start,
                    trainer.total_steps)
   logging.info('Model %s, %d classes, %d steps of batch %d; starting at step %d.',
-               config.model.get('model_name'), trainer.info.num_classes, trainer.total_steps,
-               config.batch, start)
+               run.model_config.get('model_name'), trainer.info.num_classes, trainer.total_steps,
+               run.data.batch, start)
   if start >= trainer.total_steps:  # A rerun of a finished run (the same command, same workdir).
     logging.warning('%s already trained all %d steps: evaluating and exporting it again, nothing '
                     'to train (raise total_steps or num_epochs to continue it).', workdir, start)
-  export.log_weight_average(config, trainer.total_steps)
+  export.log_weight_average(run.ema_decay, trainer.total_steps)
   writer = metric_writers.create_default_writer(workdir, just_logging=jax.process_index() > 0)
-  progress = progress_lib.ProgressLog(writer, trainer.total_steps, start, config.batch,
+  progress = progress_lib.ProgressLog(writer, trainer.total_steps, start, run.data.batch,
                                       os.path.join(workdir, 'metrics.jsonl'))
   eval_step = make_eval_step(trainer.model, trainer.mesh,
-                             state_lib.state_shardings(trainer)['params'], config.loss,
-                             masked.objective(config, trainer.model))
+                             state_lib.state_shardings(trainer)['params'], run.loss,
+                             _objective(run, trainer.model))
   try:
     return _train_loop(trainer, state, start, manager, progress, eval_step, eval_data, workdir)
   finally:
@@ -281,14 +294,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
 def _train_loop(trainer: state_lib.Trainer, state: State, start: int,
                 manager: ocp.CheckpointManager, progress: progress_lib.ProgressLog,
                 eval_step: Callable, eval_data: Any, workdir: str) -> Dict[str, Any]:
-  config, total = trainer.config, trainer.total_steps
-  teacher = distill.load_teacher(config, trainer.info.num_classes, trainer.mesh)
-  train_step = make_train_step(trainer.model, trainer.tx, config, trainer.mesh,
+  run, total = trainer.run, trainer.total_steps
+  teacher = distill.load_teacher(run.distill, trainer.info.num_classes, run.data.crop,
+                                 trainer.mesh)
+  train_step = make_train_step(trainer.model, trainer.tx, run, trainer.mesh,
                                state_lib.state_shardings(trainer), teacher)
-  fewshot_eval = fewshot.make_hook(config, trainer.model, trainer.mesh,
+  fewshot_eval = fewshot.make_hook(run.fewshot, run.data, trainer.model, trainer.mesh,
                                    state_lib.state_shardings(trainer)['params'])
-  batches = parallel.device_prefetch(input_pipeline.get_train_data(config, start_batch=start),
-                            trainer.mesh, config.prefetch)
+  batches = parallel.device_prefetch(input_pipeline.get_train_data(run.data, start_batch=start),
+                                     trainer.mesh, run.data.prefetch)
   stop = stop_lib.StopSignal()
   nonfinite, checked_step, result = jnp.zeros((), bool), start, {}
   try:
@@ -300,20 +314,21 @@ def _train_loop(trainer: state_lib.Trainer, state: State, start: int,
       progress.add_loss(metrics['loss'])
       if step == start + 1:
         logging.info('First step done (includes compilation).')
-      stopping = stop.check(step, config.progress_every)
-      save_due = _is_due(step, config.checkpoint_every, total) or stopping
-      if _is_due(step, config.progress_every, total) or save_due:
+      stopping = stop.check(step, run.progress_every)
+      save_due = _is_due(step, run.checkpoint_every, total) or stopping
+      if _is_due(step, run.progress_every, total) or save_due:
         _check_finite(nonfinite, checked_step, step, manager)
         checked_step = step
-      if _is_due(step, config.progress_every, total):
+      if _is_due(step, run.progress_every, total):
         # Step `step` (1-based) was the optimizer's update number step - 1: that is its lr.
         progress.train(step, float(trainer.schedule(step - 1)))
       if save_due:  # Before the evaluations: one that fails never costs this step's checkpoint.
         resume.save_checkpoint(manager, step, state)
       # After SIGTERM the grace period goes to the checkpoint, not to an eval due at this step.
-      if _is_due(step, config.eval_every, total) and not stopping:
+      if _is_due(step, run.eval_every, total) and not stopping:
         result = run_eval(trainer, eval_step, state, eval_data, progress, step)
-      if fewshot_eval and fewshot.is_due(step, config, total) and not stopping:
+      if (fewshot_eval and fewshot.is_due(step, run.fewshot, run.eval_every, total)
+          and not stopping):
         progress.write(step, fewshot_eval(export.final_params(state), step))
       if stopping:
         manager.wait_until_finished()
@@ -399,7 +414,8 @@ def check_inputs(config: ml_collections.ConfigDict, workdir: str) -> None:
   for stage_config, stage_dir in runs:
     run_record.check(stage_config, stage_dir)
   for stage_config, _ in runs[1:]:  # pretrain_then_finetune's stage 2.
-    fewshot.check_datasets(stage_config, fewshot.config_flags('--config.finetune.'))
+    fewshot.check_datasets(settings.fewshot(stage_config), settings.data(stage_config),
+                           fewshot.config_flags('--config.finetune.'))
 
 
 __all__ = ['train_and_evaluate', 'pretrain_then_finetune', 'make_train_step', 'make_eval_step',

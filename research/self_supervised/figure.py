@@ -27,6 +27,8 @@ from absl import app
 from absl import flags
 
 from vit_jax import input_pipeline
+
+from vit_jax.training import settings
 from vit_jax.weights import resume
 from vit_jax.training import mae
 from vit_jax.training import masked
@@ -42,7 +44,7 @@ def load_run(workdir: str) -> Tuple[ml_collections.ConfigDict, Any, int]:
   if config.trainer != 'mae':
     raise ValueError(f'{workdir} was trained with trainer={config.trainer!r}; the picture needs '
                      'an MAE run (trainer=mae), whose saved train states hold the decoder.')
-  manager = resume.make_checkpoint_manager(workdir, config)
+  manager = resume.make_checkpoint_manager(workdir, config.keep_checkpoints)
   step = manager.latest_step()
   if step is None:
     raise ValueError(f'{manager.directory} holds no saved train state; train the run first.')
@@ -83,8 +85,8 @@ def reconstruct(config: ml_collections.ConfigDict, params: Any, images: np.ndarr
   n, h, w, _ = images.shape
   keep = mae.visible_patches(jax.random.key(seed), n, (h // patch) * (w // patch),
                              config.mae.mask_ratio)
-  predictions = masked.get_model(config).apply({'params': params}, images, train=False,
-                                               keep=keep)
+  model = masked.get_model(settings.masked(config), config.model)
+  predictions = model.apply({'params': params}, images, train=False, keep=keep)
   return compose(images, np.asarray(predictions), np.asarray(keep), patch=patch,
                  norm_pix_loss=config.mae.norm_pix_loss)
 
@@ -93,7 +95,7 @@ def test_images(config: ml_collections.ConfigDict, count: int, split: str) -> np
   """The first `count` images of `split`, preprocessed as the run's eval (crop, mean/std)."""
   config = ml_collections.ConfigDict(config.to_dict())
   config.batch_eval = count
-  batch = next(input_pipeline.get_eval_data(config, f'{split}[:{count}]').batches())
+  batch = next(input_pipeline.get_eval_data(settings.data(config), f'{split}[:{count}]').batches())
   return batch['image'][:count]
 
 

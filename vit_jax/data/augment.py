@@ -2,11 +2,13 @@
 
 Every random choice comes from the stateless seed passed with the example (derived from its
 position in the stream), so augmentation is reproducible and an interrupted run resumes exactly.
-The config is checked once, when the preprocess function is built.
+The settings (`Augment`, read from the config's pp fields by `vit_jax.training.settings`) are
+checked once, when the preprocess function is built.
 """
 
+import dataclasses
 import math
-from typing import Any, Callable, Dict, Tuple
+from typing import Callable, Dict, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -18,38 +20,59 @@ from vit_jax.data import randaugment
 Example = Dict[str, tf.Tensor]
 
 
-def crop_size(config: Any) -> int:
-  """`config.pp.crop`, the model's input side, checked."""
-  crop = config.pp.crop
+@dataclasses.dataclass(frozen=True)
+class Augment:
+  """How a training image is augmented (the config's pp fields; defaults in `config_lib`).
+
+  Attributes:
+    kind: 'inception', 'pad_flip', 'flip' or 'none' (`pp.train_aug`).
+    area_min: the smallest crop area of the 'inception' crop (`pp.area_min`).
+    randaug_layers: RandAugment ops per image, 0 = off (`pp.randaug.num_layers`).
+    randaug_magnitude: their magnitude (`pp.randaug.magnitude`).
+    random_erase: the random-erasing probability, 0 = off (`pp.random_erase`).
+  """
+  kind: str
+  area_min: float
+  randaug_layers: int
+  randaug_magnitude: float
+  random_erase: float
+
+
+def crop_size(crop: int) -> int:
+  """`crop` (`config.pp.crop`), the model's input side, checked."""
   if not isinstance(crop, int) or crop <= 0:
     raise ValueError(f'config.pp.crop must be a positive int (image side), got {crop!r}.')
   return crop
 
 
-def make_train_preprocess(config: Any, num_classes: int) -> Callable[[Example, tf.Tensor],
-                                                                      Example]:
+def make_train_preprocess(settings: Augment, *, crop: int, mean: Sequence[float],
+                          std: Sequence[float], uint8_batches: bool, num_classes: int
+                          ) -> Callable[[Example, tf.Tensor], Example]:
   """Returns preprocess(example with encoded image, seed) → {'image', 'label' one-hot}.
+
+  Images are `crop` pixels square, normalised by (`mean`, `std`), or left as uint8 levels with
+  `uint8_batches` (the train step normalises them).
 
   Raises:
     ValueError: a pp.* field out of its range (area_min, train_aug, randaug, random_erase,
       crop, mean/std).
   """
-  crop = crop_size(config)
-  aug = config.pp.train_aug
-  area_min = float(config.pp.area_min)
+  crop = crop_size(crop)
+  aug = settings.kind
+  area_min = float(settings.area_min)
   if not 0 < area_min <= 1:
     raise ValueError(f'config.pp.area_min={area_min} must be in (0, 1] (the smallest crop area).')
   config_lib.check_choice('pp.train_aug', aug)
-  num_layers = int(config.pp.randaug.num_layers)
-  magnitude = float(config.pp.randaug.magnitude)
+  num_layers = int(settings.randaug_layers)
+  magnitude = float(settings.randaug_magnitude)
   if num_layers < 0 or not 0 <= magnitude <= randaugment.MAX_MAGNITUDE:
     raise ValueError(f'config.pp.randaug needs num_layers >= 0 and magnitude in '
                      f'[0, {randaugment.MAX_MAGNITUDE}], got {num_layers}, {magnitude}.')
-  erase = float(config.pp.random_erase)
+  erase = float(settings.random_erase)
   if not 0 <= erase <= 1:
     raise ValueError(f'config.pp.random_erase={erase} must be a probability in [0, 1] (0 = off).')
-  normalize = image_ops.make_normalize(config.pp.mean, config.pp.std)
-  if config.pp.uint8_batches:  # Normalised in the train step (`image_ops.device_normalize`).
+  normalize = image_ops.make_normalize(mean, std)
+  if uint8_batches:  # Normalised in the train step (`image_ops.device_normalize`).
     normalize = image_ops.to_uint8
 
   def preprocess(example, seed):

@@ -10,7 +10,7 @@ pipeline into numpy batches with one-line errors; a file no decoder reads is nam
 """
 
 import re
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import Callable, Dict, Iterator, Optional
 
 import jax
 import numpy as np
@@ -26,33 +26,38 @@ _MAX_UNREADABLE_IN_A_ROW = 16
 Batch = Dict[str, np.ndarray]
 
 
-def sharding(config: Any) -> str:
-  """'split': each process reads only its share of the files (scales to pods; the default).
+def sharding(mode: str) -> str:
+  """`mode` (`config.data_sharding`), checked.
 
+  'split': each process reads only its share of the files (scales to pods; the default).
   'stream': each process reads the whole shuffled stream and keeps its slice of each global
   batch: results identical for any number of processes (costs reading everything everywhere).
   """
-  return config_lib.check_choice('data_sharding', config.data_sharding)
+  return config_lib.check_choice('data_sharding', mode)
 
 
-def process_seed(config: Any, shared: bool = False) -> tf.Tensor:
-  """A stateless seed per (config.seed, process), so processes augment independently.
+def process_seed(seed: int, shared: bool = False) -> tf.Tensor:
+  """A stateless seed per (seed, process), so processes augment independently.
 
   With `shared` (the 'stream' sharding) positions are global, so one seed serves all processes.
   """
   process = 0 if shared else jax.process_index()
-  return tf.constant([int(config.seed), process], tf.int64)
+  return tf.constant([int(seed), process], tf.int64)
 
 
-def train_stream(config: Any, split: sources.Split, start: int, local_batch: int,
-                 stream: bool) -> tf.data.Dataset:
-  """(position, example with encoded image) from this process's example number `start` on."""
-  make_stream = _indexed_stream if split.fetch else _skipping_stream
-  return make_stream(config, split, start, local_batch, stream)
+def train_stream(split: sources.Split, start: int, local_batch: int, stream: bool, *,
+                 seed: int, shuffle_buffer: int) -> tf.data.Dataset:
+  """(position, example with encoded image) from this process's example number `start` on.
+
+  The order is a function of `seed` (and, without random access, of `shuffle_buffer`).
+  """
+  if split.fetch:
+    return _indexed_stream(split, start, local_batch, stream, seed)
+  return _skipping_stream(split, start, local_batch, stream, seed, shuffle_buffer)
 
 
-def _indexed_stream(config: Any, split: sources.Split, start: int, local_batch: int,
-                    stream: bool) -> tf.data.Dataset:
+def _indexed_stream(split: sources.Split, start: int, local_batch: int, stream: bool,
+                    seed: int) -> tf.data.Dataset:
   """Position p is record `index_shuffle(p % N)` of epoch p // N's permutation.
 
   Every record once per epoch, so starting anywhere costs the same. In the 'stream' sharding
@@ -60,7 +65,7 @@ def _indexed_stream(config: Any, split: sources.Split, start: int, local_batch: 
   """
   count, index = (jax.process_count(), jax.process_index()) if stream else (1, 0)
   size = split.num_examples
-  order_seed = tf.constant([int(config.seed), 2], tf.int64)
+  order_seed = tf.constant([int(seed), 2], tf.int64)
 
   def positions(k):  # This process's examples k (a block, in order) → their stream positions.
     return (k // local_batch) * (local_batch * count) + index * local_batch + k % local_batch
@@ -133,15 +138,15 @@ def _read_train_example(split: sources.Split, example: Dict[str, tf.Tensor], pos
   return {'image': data, 'label': label, 'file': name}
 
 
-def _skipping_stream(config: Any, split: sources.Split, start: int, local_batch: int,
-                     stream: bool) -> tf.data.Dataset:
+def _skipping_stream(split: sources.Split, start: int, local_batch: int, stream: bool,
+                     seed: int, shuffle_buffer: int) -> tf.data.Dataset:
   """The official shuffle-buffer stream for sources without random access; skips to `start`.
 
   Repeat before shuffle (as the official pipeline): one shuffle spans epoch boundaries, so the
   stream is a function of the seed and the position. Resuming reads every skipped example.
   """
-  buffer = max(1, min(int(config.shuffle_buffer), split.num_examples))
-  ds = split.make().repeat().shuffle(buffer, seed=int(config.seed)).enumerate()
+  buffer = max(1, min(int(shuffle_buffer), split.num_examples))
+  ds = split.make().repeat().shuffle(buffer, seed=int(seed)).enumerate()
   if stream:
     # Every process walks the same shuffled stream and keeps its slice of each global batch:
     # the global batches, and so training, do not depend on the number of processes.
@@ -181,15 +186,16 @@ def numpy_batches(ds: tf.data.Dataset,
   raise ValueError(f'The input pipeline failed: {found or message}')
 
 
-def train_locator(config: Any, split: sources.Split, start: int, local_batch: int,
-                  stream: bool) -> Optional[Callable[[int], Optional[str]]]:
+def train_locator(split: sources.Split, start: int, local_batch: int, stream: bool, *,
+                  seed: int, shuffle_buffer: int) -> Optional[Callable[[int], Optional[str]]]:
   """`numpy_batches`'s `locate` for the train batches of a file source from example `start`:
   batch k's examples again (two batches, in case a later one failed), without decoding."""
   if not split.checked:
     return None  # No file paths (TFDS records).
 
   def locate(k: int) -> Optional[str]:
-    examples = train_stream(config, split, start + k * local_batch, local_batch, stream)
+    examples = train_stream(split, start + k * local_batch, local_batch, stream, seed=seed,
+                            shuffle_buffer=shuffle_buffer)
     return undecodable_file(examples.map(lambda _, example: example).take(2 * local_batch))
 
   return locate

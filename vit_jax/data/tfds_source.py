@@ -1,9 +1,10 @@
 """TFDS datasets as a dataset source: prepared on first use, read by index when ArrayRecord.
 
-A dataset not yet prepared in `config.tfds_data_dir` is prepared from local files when a local
-preparer is registered for it and finds them (`register_local_preparer`: e.g. Fashion-MNIST from
-Debian's idx files), else downloaded by TFDS as ArrayRecord (random access: resume in constant
-time). A download that cannot start is one short attempt and a one-line error with what to do.
+A dataset not yet prepared in its data_dir (`config.tfds_data_dir`) is prepared from local files
+when a local preparer is registered for it and finds them (`register_local_preparer`: e.g.
+Fashion-MNIST from Debian's idx files), else downloaded by TFDS as ArrayRecord (random access:
+resume in constant time). A download that cannot start is one short attempt and a one-line
+error with what to do.
 """
 
 import contextlib
@@ -42,20 +43,24 @@ def register_local_preparer(name: str, preparer: LocalPreparer) -> None:
   _LOCAL_PREPARERS[name] = preparer
 
 
-def open_tfds(config: Any) -> sources.Source:
-  """`config.dataset` from TFDS as a source (prepared first if needed).
+def open_tfds(name: str, data_dir: Optional[str] = None,
+              manual_dir: Optional[str] = None) -> sources.Source:
+  """TFDS dataset `name` (`config.dataset`) as a source, prepared first if needed.
+
+  `data_dir` is where TFDS keeps it (None: TFDS's default); `manual_dir` a folder with its
+  files (a manual download, or what a local preparer reads).
 
   Raises:
     ValueError: an unknown name, a dataset without image + label, or one that cannot be
       prepared (offline, a manual download without config.tfds_manual_dir).
   """
-  builder = _prepared_builder(config)
+  builder = _prepared_builder(name, data_dir, manual_dir)
   features = builder.info.features
   keys = features.keys()
   if ('image' not in keys or 'label' not in keys
       or not isinstance(features['image'], tfds.features.Image)
       or not isinstance(features['label'], tfds.features.ClassLabel)):
-    raise ValueError(f'TFDS dataset {config.dataset!r} has no image + class label features; '
+    raise ValueError(f'TFDS dataset {name!r} has no image + class label features; '
                      'use an image classification dataset.')
   indexed = builder.info.file_format == tfds.core.FileFormat.ARRAY_RECORD
   if not indexed:
@@ -65,17 +70,17 @@ def open_tfds(config: Any) -> sources.Source:
         're-reads s batches. Re-prepare it with file_format="array_record" for resume in '
         'constant time (see docs/input_pipeline.md).')
 
-  def split(name: str, per_process: bool = True) -> sources.Split:
-    specs = _process_splits(name) if per_process else [name]
+  def split(spec: str, per_process: bool = True) -> sources.Split:
+    specs = _process_splits(spec) if per_process else [spec]
     index = jax.process_index() if per_process else 0
     if indexed:
-      data_sources = [_data_source(builder, s, name) for s in specs]
+      data_sources = [_data_source(builder, s, spec) for s in specs]
       return sources.indexed_split(_fetch(data_sources[index], features), lambda image: image,
                                    tuple(len(s) for s in data_sources), index)
     return sources.Split(
-        make=lambda: _dataset(builder, specs[index], name),
+        make=lambda: _dataset(builder, specs[index], spec),
         read=lambda image: image,
-        shares=tuple(_count(_dataset(builder, s, name)) for s in specs), index=index)
+        shares=tuple(_count(_dataset(builder, s, spec)) for s in specs), index=index)
 
   return sources.Source(class_names=tuple(features['label'].names), split=split,
                         overlap=functools.partial(_overlap, split),
@@ -162,9 +167,9 @@ def _count(ds: tf.data.Dataset) -> int:
   return int(ds.reduce(np.int64(0), lambda count, _: count + 1))
 
 
-def _prepared_builder(config: Any) -> tfds.core.DatasetBuilder:
-  """The TFDS builder of `config.dataset`, prepared (or a clear ValueError)."""
-  name, data_dir, files_dir = config.dataset, config.tfds_data_dir, config.tfds_manual_dir
+def _prepared_builder(name: str, data_dir: Optional[str],
+                      files_dir: Optional[str]) -> tfds.core.DatasetBuilder:
+  """The TFDS builder of dataset `name`, prepared (or a clear ValueError)."""
   try:
     builder = tfds.builder(name, data_dir=data_dir)
   except (tfds.core.registered.DatasetNotFoundError, ValueError, AssertionError) as e:
@@ -186,7 +191,7 @@ def _prepared_builder(config: Any) -> tfds.core.DatasetBuilder:
                        'config.tfds_manual_dir to the folder with its files (see the TFDS '
                        'catalog), or config.tfds_data_dir to where it is already prepared.') from e
     reason = f'{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ""}'
-    raise _not_prepared(config, builder, f'the download failed ({reason})') from e
+    raise _not_prepared(name, builder, f'the download failed ({reason})') from e
   return builder
 
 
@@ -201,10 +206,10 @@ def _few_download_retries() -> Iterator[None]:
     tfds_downloader.MAX_RETRIES = retries
 
 
-def _not_prepared(config: Any, builder: tfds.core.DatasetBuilder, reason: str) -> ValueError:
+def _not_prepared(name: str, builder: tfds.core.DatasetBuilder, reason: str) -> ValueError:
   local = _LOCAL_PREPARERS.get(builder.name)
   return ValueError(
-      f'TFDS dataset {config.dataset!r} is not prepared in {builder.data_dir} and cannot be '
+      f'TFDS dataset {name!r} is not prepared in {builder.data_dir} and cannot be '
       f'downloaded: {reason}. Set config.tfds_data_dir to a folder where it is prepared, '
       'config.tfds_manual_dir to its downloaded files, or config.dataset to a directory of '
       f'images (train/<class>/*.jpg, test/<class>/*.jpg).{local.offline_hint if local else ""}')

@@ -29,6 +29,7 @@ from vit_jax.weights import loading
 from vit_jax.tools import cli
 from vit_jax.training import fewshot
 from vit_jax.training import parallel
+from vit_jax.training import settings
 
 _DEFAULTS = config_lib.get_config().fewshot
 
@@ -93,7 +94,8 @@ def measure(loaded: loading.LoadedModel, config: ml_collections.ConfigDict,
   """Few-shot results of `loaded` (or of its architecture re-initialised) on the flags' data."""
   mesh = parallel.make_mesh()
   parallel.check_batch_size(config.batch_eval, mesh, name='--batch_size')
-  fewshot.check_dataset(config, config.fewshot.datasets[0], FLAG_NAMES)
+  fs, data = settings.fewshot(config), settings.data(config)
+  fewshot.check_dataset(fs, data, fs.datasets[0], FLAG_NAMES)
   params = loaded.params
   if random_init_seed is not None:
     size = loaded.image_size
@@ -101,7 +103,7 @@ def measure(loaded: loading.LoadedModel, config: ml_collections.ConfigDict,
                                jnp.zeros((1, size, size, 3)), train=False)['params']
   params = parallel.put_replicated(params, mesh)
   represent = fewshot.make_representation_fn(loaded.model, mesh)
-  return fewshot.run_dataset(config, config.fewshot.datasets[0], represent, params, mesh)
+  return fewshot.run_dataset(fs, data, fs.datasets[0], represent, params, mesh)
 
 
 def report(checkpoint: str, config: ml_collections.ConfigDict, measured: fewshot.DatasetResult,

@@ -22,6 +22,23 @@ from vit_jax.training import parallel
 from vit_jax.weights import loading
 
 
+@dataclasses.dataclass(frozen=True)
+class Distill:
+  """Distillation's teacher and loss (`config.distill`; defaults in `config_lib`).
+
+  Attributes:
+    teacher_path: the teacher checkpoint; '' = no distillation.
+    teacher_model: the teacher's preset name or model .py file.
+    kind: 'hard' (DeiT: the teacher's argmax as a second target) or 'soft' (KL at temperature).
+    alpha: the weight of the teacher's term (1 - alpha: the true labels').
+    temperature: soft distillation's tau.
+  """
+  teacher_path: str
+  teacher_model: str
+  kind: str
+  alpha: float
+  temperature: float
+
 
 @dataclasses.dataclass(frozen=True)
 class Teacher:
@@ -60,13 +77,12 @@ def soft_loss(logits: jax.Array, teacher_logits: jax.Array, alpha: float, temper
   return (1. - alpha) * true_loss + alpha * temperature**2 * kl
 
 
-def distill_loss(config: Any, logits: jax.Array, teacher_logits: jax.Array,
+def distill_loss(settings: Distill, logits: jax.Array, teacher_logits: jax.Array,
                  true_loss: jax.Array) -> jax.Array:
-  """Per-example loss of `config.distill.kind` mixing `true_loss` with the teacher's targets."""
-  if config.distill.kind == 'hard':
-    return hard_loss(logits, teacher_logits, config.distill.alpha, true_loss)
-  return soft_loss(logits, teacher_logits, config.distill.alpha, config.distill.temperature,
-                   true_loss)
+  """Per-example loss of `settings.kind` mixing `true_loss` with the teacher's targets."""
+  if settings.kind == 'hard':
+    return hard_loss(logits, teacher_logits, settings.alpha, true_loss)
+  return soft_loss(logits, teacher_logits, settings.alpha, settings.temperature, true_loss)
 
 
 def uses_token(model: Any) -> bool:
@@ -89,29 +105,29 @@ def teacher_logits(teacher: Teacher, teacher_params: Any, images: jax.Array) -> 
   return jax.lax.stop_gradient(logits.astype(jnp.float32))
 
 
-def validate(config: Any) -> None:
-  """One-line errors for distillation settings (called with the rest of `validate_config`)."""
-  if not config.distill.teacher_path:
+def validate(settings: Distill) -> None:
+  """One-line errors for distillation settings (called with the rest of `state.validate_run`)."""
+  if not settings.teacher_path:
     return
-  config_lib.check_choice('distill.kind', config.distill.kind)
-  if not 0. <= config.distill.alpha <= 1.:
-    raise ValueError(f'distill.alpha={config.distill.alpha} must be in [0, 1] (the weight of '
+  config_lib.check_choice('distill.kind', settings.kind)
+  if not 0. <= settings.alpha <= 1.:
+    raise ValueError(f'distill.alpha={settings.alpha} must be in [0, 1] (the weight of '
                      'the teacher term; 0.5 averages it with the true-label loss as in DeiT).')
-  if config.distill.temperature <= 0.:
-    raise ValueError(f'distill.temperature={config.distill.temperature} must be positive.')
-  if not config.distill.teacher_model:
+  if settings.temperature <= 0.:
+    raise ValueError(f'distill.temperature={settings.temperature} must be positive.')
+  if not settings.teacher_model:
     raise ValueError('distill.teacher_path is set but distill.teacher_model is empty; set it '
                      'to the teacher\'s preset name (e.g. ResNet-11_28px) or model .py file.')
 
 
-def load_teacher(config: Any, num_classes: int, mesh: Mesh) -> Optional[Teacher]:
-  """The teacher of `config.distill` fitted to `pp.crop` inputs, or None when not distilling."""
-  if not config.distill.teacher_path:
+def load_teacher(settings: Distill, num_classes: int, crop: int,
+                 mesh: Mesh) -> Optional[Teacher]:
+  """The teacher of `settings` fitted to `crop` inputs, or None when not distilling."""
+  if not settings.teacher_path:
     return None
-  loaded = loading.load_model(config.distill.teacher_path, config.distill.teacher_model,
-                               config.pp.crop)
+  loaded = loading.load_model(settings.teacher_path, settings.teacher_model, crop)
   if loaded.num_classes != num_classes:
-    raise ValueError(f'The teacher {config.distill.teacher_path} has {loaded.num_classes} '
+    raise ValueError(f'The teacher {settings.teacher_path} has {loaded.num_classes} '
                      f'classes and the dataset {num_classes}; distil from a teacher trained on '
                      'the same labels.')
   return Teacher(loaded.model, parallel.put_replicated(loaded.params, mesh))

@@ -25,19 +25,20 @@ def final_params(state: state_lib.State) -> Any:
   return state.get('ema_params', state['params'])
 
 
-def exported_weights(config: Any) -> str:
-  """The name of the weights `final_params` returns, as the log and metadata.json give it."""
-  return 'ema' if config.ema_decay else 'raw'
+def exported_weights(ema_decay: float) -> str:
+  """The name of the weights `final_params` returns (`ema_decay`: the run's weight average's,
+  0 = none), as the log and metadata.json give it."""
+  return 'ema' if ema_decay else 'raw'
 
 
-def log_weight_average(config: Any, total: int) -> None:
+def log_weight_average(ema_decay: float, total: int) -> None:
   """Says which weights the run exports; warns when the average cannot have left its start."""
-  if not config.ema_decay:
+  if not ema_decay:
     return
-  initial = losses.ema_initial_weight(config.ema_decay, total)
+  initial = losses.ema_initial_weight(ema_decay, total)
   logging.info('Exporting the weight average (ema_decay=%g, warmed up as min(decay, '
                '(1+n)/(10+n))): after %d steps the initial weights are %.2g of it.',
-               config.ema_decay, total, initial)
+               ema_decay, total, initial)
   if initial > 0.01:
     logging.warning('The weight average keeps %.0f%% of the initial weights after %d steps: '
                     'train longer or set --config.ema_decay=0 to export the raw weights.',
@@ -54,7 +55,7 @@ def export_params(trainer: state_lib.Trainer, params: Any, workdir: str,
   only once the files are complete, so any process may read them next (stage 2 fine-tunes
   this params.npz).
   """
-  host = parallel.to_host(masked.encoder_params(trainer.config, params))
+  host = parallel.to_host(masked.encoder_params(trainer.run.trainer, params))
   if jax.process_index() == 0:
     _write_export(trainer, host, workdir, result)
   parallel.barrier('vit_jax: params.npz written')
@@ -62,27 +63,29 @@ def export_params(trainer: state_lib.Trainer, params: Any, workdir: str,
 
 def _write_export(trainer: state_lib.Trainer, host: Any, workdir: str,
                   result: Dict[str, Any]) -> None:
-  config = trainer.config
-  weights = exported_weights(config)
-  extra = dict(ema_decay=config.ema_decay, accuracy_raw=result.get('accuracy_raw')
+  run = trainer.run
+  weights = exported_weights(run.ema_decay)
+  extra = dict(ema_decay=run.ema_decay, accuracy_raw=result.get('accuracy_raw')
                ) if weights == 'ema' else {}
   description = dict(
-      model_config=config.model, image_size=config.pp.crop, mean=tuple(config.pp.mean),
-      std=tuple(config.pp.std),
+      model_config=run.model_config, image_size=run.data.crop, mean=tuple(run.data.mean),
+      std=tuple(run.data.std),
       # What the head was trained on (the record's), not what the folders are called today.
       class_names=run_record.head_class_names(workdir, trainer.info.class_names),
-      dataset=config.dataset,
+      dataset=run.data.dataset,
       step=trainer.total_steps,
-      batch=config.batch,
+      batch=run.data.batch,
       accuracy=result.get('accuracy'), num_examples=result.get('num_examples'),
       weights=weights, **extra, **{k: v for k, v in result.items()
                                    if k.startswith(('accuracy_', 'num_examples_'))
                                    and k != 'accuracy_raw'})
-  if masked.is_self_supervised(config):  # An encoder: no head, no labels, no accuracy.
+  if masked.is_self_supervised(run.trainer):  # An encoder: no head, no labels, no accuracy.
     description = dict(
         {k: v for k, v in description.items() if not k.startswith(('accuracy', 'num_examples'))},
         class_names=None, num_classes=0,
-        self_supervised=masked.description(config, trainer.total_steps, result))
+        self_supervised=masked.description(run.masked, trainer.total_steps, result,
+                                           batch=run.data.batch, dataset=run.data.dataset,
+                                           split=run.data.train))
   # The description goes inside the npz too: a renamed copy still says what model it is.
   path = checkpoint.save(host, os.path.join(workdir, store.PARAMS_FILE),
                          metadata=metadata_lib.describe_run(**description))

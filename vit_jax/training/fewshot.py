@@ -8,8 +8,8 @@ whitened with the shots' mean and std, a constant feature of 100 as an (almost u
 bias, and one eigendecomposition of the Gram matrix, primal (D x D) or dual (N x N) whichever is
 smaller, so every value of the regulariser costs one matrix product.
 
-The regulariser is chosen per draw from a grid (`config.fewshot.l2_regs`) by the accuracy on
-held-out training images of the same draw (`config.fewshot.holdout` per class, disjoint from the
+The regulariser is chosen per draw from a grid (`FewShot.l2_regs`) by the accuracy on
+held-out training images of the same draw (`FewShot.holdout` per class, disjoint from the
 shots; never the test split); a grid of one value is a fixed regulariser. Shots are drawn with
 `numpy.random.default_rng(seed)` per class, nested (the 5 shots of a seed include its 1 shot),
 for seeds 0..n-1; the result is the mean ± std over seeds.
@@ -27,7 +27,6 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 from absl import logging
 from jax.sharding import Mesh
@@ -39,6 +38,30 @@ from vit_jax.training import parallel
 BIAS_CONSTANT = 100.
 # Added to the per-feature std: a feature constant over the shots (e.g. k=1) stays finite.
 STD_EPSILON = 1e-5
+
+
+@dataclasses.dataclass(frozen=True)
+class FewShot:
+  """What few-shot evaluation measures, and when (`config.fewshot`; defaults in `config_lib`).
+
+  Attributes:
+    datasets: TFDS names or image folders; () = off.
+    every: steps between evaluations during training; 0 = at each eval.
+    shots: images per class the linear map is fitted on, one result each.
+    seeds: draws of the shots (seeds 0..n-1).
+    train_split: the split the shots and held-out images are drawn from.
+    test_split: the split the accuracy is measured on.
+    l2_regs: the regularisers tried (the best on the held-out images is used); one = fixed.
+    holdout: held-out training images per class that choose the regulariser.
+  """
+  datasets: Tuple[str, ...]
+  every: int
+  shots: Tuple[int, ...]
+  seeds: int
+  train_split: str
+  test_split: str
+  l2_regs: Tuple[float, ...]
+  holdout: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,12 +260,9 @@ def in_split_order(batches: Sequence[np.ndarray], shares: Sequence[int],
   return real[np.argsort(positions, kind='stable')]
 
 
-def dataset_config(config: ml_collections.ConfigDict, dataset: str
-                   ) -> ml_collections.ConfigDict:
-  """`config` reading `dataset` (its data dirs, crop, mean/std and eval batch kept)."""
-  data_config = ml_collections.ConfigDict(config.to_dict())
-  data_config.dataset = dataset
-  return data_config
+def dataset_data(data: input_pipeline.Data, dataset: str) -> input_pipeline.Data:
+  """`data` reading `dataset` (its data dirs, crop, mean/std and eval batch kept)."""
+  return dataclasses.replace(data, dataset=dataset)
 
 
 def metric_name(dataset: str, shots: int) -> str:
@@ -271,14 +291,14 @@ def config_flags(prefix: str = '--config.') -> FlagNames:
 CONFIG_FLAGS = config_flags()  # A one-stage training run's.
 
 
-def check_splits(config: ml_collections.ConfigDict, train_split: str, test_split: str,
+def check_splits(data: input_pipeline.Data, train_split: str, test_split: str,
                  flags: FlagNames = CONFIG_FLAGS) -> None:
   """Refuses a few-shot training split that shares images with its test split."""
-  shared = input_pipeline.split_overlap(config, train_split, test_split)
+  shared = input_pipeline.split_overlap(data, train_split, test_split)
   if shared:
     raise ValueError(
         f'few-shot {flags.train_split}={train_split} and {flags.test_split}={test_split} of '
-        f'{config.dataset} share {shared} images: shots would be drawn from the test split. '
+        f'{data.dataset} share {shared} images: shots would be drawn from the test split. '
         f'Make them disjoint, e.g. {flags.train_split}=train[:90%] '
         f'{flags.test_split}=train[90%:].')
 
@@ -291,7 +311,7 @@ def _sizes(class_names: Sequence[str], counts: np.ndarray, which: np.ndarray) ->
 
 
 def check_requirements(where: str, class_names: Sequence[str], counts: np.ndarray,
-                       num_test: int, fewshot_config: ml_collections.ConfigDict,
+                       num_test: int, settings: FewShot,
                        flags: FlagNames = CONFIG_FLAGS) -> None:
   """Refuses, in one line naming what to change, a dataset few-shot evaluation cannot score.
 
@@ -300,14 +320,14 @@ def check_requirements(where: str, class_names: Sequence[str], counts: np.ndarra
     class_names: its classes.
     counts: images of each class in the few-shot training split.
     num_test: images of the test split.
-    fewshot_config: shots, l2_regs, holdout and the split names (`config.fewshot`).
+    settings: shots, l2_regs, holdout and the split names.
     flags: how the user sets them.
 
   Raises:
     ValueError: fewer than 2 classes (every prediction right), an empty test split, a class
       with fewer images than the most shots, or a regulariser grid with no held-out image.
   """
-  fs, prefix = fewshot_config, f'few-shot on {where}: '
+  fs, prefix = settings, f'few-shot on {where}: '
   problem = input_pipeline.too_few_classes(tuple(class_names))
   if problem:
     raise ValueError(f'{prefix}{problem}: a linear classifier needs at least 2 classes to be '
@@ -338,22 +358,23 @@ def check_requirements(where: str, class_names: Sequence[str], counts: np.ndarra
                      f'use fewer shots ({shots_flag}) or a larger {flags.train_split}.')
 
 
-def check_dataset(config: ml_collections.ConfigDict, dataset: str,
+def check_dataset(fs: FewShot, data: input_pipeline.Data, dataset: str,
                   flags: FlagNames = CONFIG_FLAGS) -> None:
   """`check_splits` and `check_requirements` for one few-shot dataset, before any image is read
-  (its listing: the labels of the training split, the size of the test split)."""
-  fs = config.fewshot
-  data_config = dataset_config(config, dataset)
-  check_splits(data_config, fs.train_split, fs.test_split, flags)
-  names, counts = input_pipeline.class_counts(data_config, fs.train_split)
-  check_requirements(dataset, names, counts, input_pipeline.split_size(data_config, fs.test_split),
+  (its listing: the labels of the training split, the size of the test split); `data` gives
+  the input settings (data dirs)."""
+  data = dataset_data(data, dataset)
+  check_splits(data, fs.train_split, fs.test_split, flags)
+  names, counts = input_pipeline.class_counts(data, fs.train_split)
+  check_requirements(dataset, names, counts, input_pipeline.split_size(data, fs.test_split),
                      fs, flags)
 
 
-def check_datasets(config: ml_collections.ConfigDict, flags: FlagNames = CONFIG_FLAGS) -> None:
-  """`check_dataset` for every dataset of `config.fewshot.datasets` (a training run's)."""
-  for dataset in config.fewshot.datasets:
-    check_dataset(config, dataset, flags)
+def check_datasets(fs: FewShot, data: input_pipeline.Data,
+                   flags: FlagNames = CONFIG_FLAGS) -> None:
+  """`check_dataset` for every dataset of `fs.datasets` (a training run's)."""
+  for dataset in fs.datasets:
+    check_dataset(fs, data, dataset, flags)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -374,19 +395,16 @@ class DatasetResult:
   seconds: float
 
 
-def run_dataset(config: ml_collections.ConfigDict, dataset: str, represent: Callable,
+def run_dataset(fs: FewShot, data: input_pipeline.Data, dataset: str, represent: Callable,
                 params: Any, mesh: Mesh) -> DatasetResult:
-  """Few-shot results of `params` on one dataset, per `config.fewshot` (splits, shots, seeds,
-  l2_regs, holdout) and the eval input settings of `config` (crop, mean/std, batch_eval)."""
+  """Few-shot results of `params` on one dataset, per `fs` (splits, shots, seeds, l2_regs,
+  holdout) and the eval input settings of `data` (crop, mean/std, batch_eval)."""
   start = time.time()
-  fs = config.fewshot
-  data_config = dataset_config(config, dataset)
-  check_splits(data_config, fs.train_split, fs.test_split)
-  num_classes = input_pipeline.num_classes(data_config)
-  train = extract(represent, params, input_pipeline.get_eval_data(data_config, fs.train_split),
-                  mesh)
-  test = extract(represent, params, input_pipeline.get_eval_data(data_config, fs.test_split),
-                 mesh)
+  data = dataset_data(data, dataset)
+  check_splits(data, fs.train_split, fs.test_split)
+  num_classes = input_pipeline.num_classes(data)
+  train = extract(represent, params, input_pipeline.get_eval_data(data, fs.train_split), mesh)
+  test = extract(represent, params, input_pipeline.get_eval_data(data, fs.test_split), mesh)
   results = evaluate_features(train, test, num_classes, fs.shots, fs.seeds, fs.l2_regs,
                               fs.holdout)
   return DatasetResult(results=tuple(results), num_train=len(train.labels),
@@ -394,21 +412,20 @@ def run_dataset(config: ml_collections.ConfigDict, dataset: str, represent: Call
                        seconds=time.time() - start)
 
 
-def make_hook(config: ml_collections.ConfigDict, model: Any, mesh: Mesh,
+def make_hook(fs: FewShot, data: input_pipeline.Data, model: Any, mesh: Mesh,
               params_sharding: Any = None) -> Optional[Callable[[Any, int], Dict[str, float]]]:
   """The train loop's few-shot evaluation `hook(params, step) -> scalars`, or None when
-  `config.fewshot.datasets` is empty. Scalars: `fewshot/<dataset>_<k>shot` (mean over seeds)."""
-  fs = config.fewshot
+  `fs.datasets` is empty. Scalars: `fewshot/<dataset>_<k>shot` (mean over seeds)."""
   if not fs.datasets:
     return None
   for dataset in fs.datasets:  # A bad name or split fails before training, not steps later.
-    check_splits(dataset_config(config, dataset), fs.train_split, fs.test_split)
+    check_splits(dataset_data(data, dataset), fs.train_split, fs.test_split)
   represent = make_representation_fn(model, mesh, params_sharding)
 
   def hook(params, step: int) -> Dict[str, float]:
     scalars = {}
     for dataset in fs.datasets:
-      measured = run_dataset(config, dataset, represent, params, mesh)
+      measured = run_dataset(fs, data, dataset, represent, params, mesh)
       for r in measured.results:
         scalars[metric_name(dataset, r.shots)] = r.mean
       logging.info('Step %d: few-shot %s: %s (%.1fs)', step, dataset, ', '.join(
@@ -419,8 +436,8 @@ def make_hook(config: ml_collections.ConfigDict, model: Any, mesh: Mesh,
   return hook
 
 
-def is_due(step: int, config: ml_collections.ConfigDict, total: int) -> bool:
-  """Whether the few-shot evaluation runs after `step`: every `fewshot.every` steps (0: at each
-  eval) and at the last step."""
-  every = config.fewshot.every or config.eval_every
+def is_due(step: int, fs: FewShot, eval_every: int, total: int) -> bool:
+  """Whether the few-shot evaluation runs after `step`: every `fs.every` steps (0: every
+  `eval_every`, at each eval) and at the last step."""
+  every = fs.every or eval_every
   return step == total or bool(every and step % every == 0)

@@ -1,12 +1,13 @@
-"""A run's pretrained source, opened once, and the config completed from it: model (or a named
+"""A run's pretrained source, opened once, and the run completed from it: model (or a named
 model's position embedding) and input.
 
 Fine-tuning a timm hub folder, a .safetensors file or any npz needs neither a model name nor
 the weights' mean/std in the config: `train_and_evaluate` opens the source once
-(`PretrainedSource`), completes the config from its description here, and `state.init_state`
-fits the same arrays to the model.
+(`PretrainedSource`), completes the run's settings (`settings.Run`) from its description here,
+and `state.init_state` fits the same arrays to the model.
 """
 
+import dataclasses
 from typing import Optional
 
 import ml_collections
@@ -17,6 +18,7 @@ from vit_jax import presets
 from vit_jax.weights import loading
 from vit_jax.weights import store
 from vit_jax.data import image_ops
+from vit_jax.training import settings
 
 # The position embeddings without parameters: a file without tables or description holds either.
 _TABLE_FREE_POSEMBS = ('sincos2d', 'rope', 'none')
@@ -40,10 +42,9 @@ class PretrainedSource:
     return self._source
 
 
-def with_checkpoint_model(config: ml_collections.ConfigDict,
-                          pretrained: Optional[PretrainedSource] = None
-                          ) -> ml_collections.ConfigDict:
-  """`config` with `model` read from `config.pretrained_path` when the config names none, and
+def with_checkpoint_model(run: settings.Run, pretrained: Optional[PretrainedSource] = None
+                          ) -> settings.Run:
+  """`run` with its model read from its `pretrained_path` when the config names none, and
   with the checkpoint's position embedding when it names one (`_with_checkpoint_posemb`).
 
   This is how a timm hub folder, .safetensors file or hf-hub name (or any npz) is fine-tuned
@@ -51,23 +52,22 @@ def with_checkpoint_model(config: ml_collections.ConfigDict,
   by its description: the run's metadata.json, a <name>.json beside it, the one embedded in the
   npz, a timm config.json); dropout stays 0.
   """
-  if config.model is not None:
-    return _with_checkpoint_posemb(config, pretrained)
-  if not config.pretrained_path:
+  if run.model_config is not None:
+    return _with_checkpoint_posemb(run, pretrained)
+  if not run.pretrained_path:
     raise ValueError('config.model is not set: name a model (e.g. configs/vit.py:b16,DATASET) '
                      'or pass --config.pretrained_path=<checkpoint> to fine-tune what it holds.')
-  source = (pretrained or PretrainedSource()).open(config.pretrained_path)
+  source = (pretrained or PretrainedSource()).open(run.pretrained_path)
   loading.warn_assumed(source, source.description.assumed,
                        'name the model (configs/vit.py:MODEL,DATASET)')
-  config = ml_collections.ConfigDict(config.to_dict())
-  config.model = source.description.config
-  logging.info('Model from %s: %s.', config.pretrained_path, config.model.model_name)
-  return config.lock()
+  model = source.description.config.lock()  # Locked as the config it completes.
+  logging.info('Model from %s: %s.', run.pretrained_path, model.model_name)
+  return dataclasses.replace(run, model_config=model)
 
 
-def _with_checkpoint_posemb(config: ml_collections.ConfigDict,
-                            pretrained: Optional[PretrainedSource]) -> ml_collections.ConfigDict:
-  """`config` with the ViT position embedding (`posemb`) of the weights it fine-tunes.
+def _with_checkpoint_posemb(run: settings.Run,
+                            pretrained: Optional[PretrainedSource]) -> settings.Run:
+  """`run` with the ViT position embedding (`posemb`) of the weights it fine-tunes.
 
   The kind is part of the architecture the weights were trained with, as their widths are: its
   tables ('learn', 'learn_2d', 'relative', 'rope_mixed') are read from the file's shapes,
@@ -76,33 +76,34 @@ def _with_checkpoint_posemb(config: ml_collections.ConfigDict,
   are 'learn'); a resumed run reads the choice from its record
   (`run_record.with_recorded_contributions`).
   """
-  family = presets.family_of(config.model)
-  if not config.pretrained_path or 'posemb' not in families.FAMILIES[family].extras:
-    return config
-  location = store.locate(config.pretrained_path)
+  family = presets.family_of(run.model_config)
+  if not run.pretrained_path or 'posemb' not in families.FAMILIES[family].extras:
+    return run
+  location = store.locate(run.pretrained_path)
   if store.is_remote(location.path) or store.check_available(location):
-    return config  # A published npz ('learn'), or missing: preflight says so.
-  source = (pretrained or PretrainedSource()).open(config.pretrained_path)
+    return run  # A published npz ('learn'), or missing: preflight says so.
+  source = (pretrained or PretrainedSource()).open(run.pretrained_path)
   described = source.description
   if presets.family_of(described.config) != family:
-    return config  # Another model altogether: fitting the weights names the difference.
-  posemb, current = described.config.get('posemb', 'learn'), config.model.get('posemb', 'learn')
+    return run  # Another model altogether: fitting the weights names the difference.
+  posemb, current = described.config.get('posemb', 'learn'), run.model_config.get('posemb',
+                                                                                  'learn')
   assumed = [a for a in described.assumed if a.startswith('posemb ')]
   if posemb == current or (assumed and current in _TABLE_FREE_POSEMBS):
-    return config
+    return run
   if assumed:
     loading.warn_assumed(source, assumed, 'set --config.model.posemb')
   logging.info('Position embedding of %s: posemb %r (the config says %r); fine-tuning the model '
-               'it holds.', config.pretrained_path, posemb, current)
-  config = ml_collections.ConfigDict(config.to_dict())
-  config.model.posemb = posemb
-  return config.lock()
+               'it holds.', run.pretrained_path, posemb, current)
+  model = ml_collections.ConfigDict(run.model_config.to_dict())
+  model.posemb = posemb
+  return dataclasses.replace(run, model_config=model.lock())
 
 
-def with_checkpoint_normalization(config: ml_collections.ConfigDict,
+def with_checkpoint_normalization(run: settings.Run,
                                   pretrained: Optional[PretrainedSource] = None
-                                  ) -> ml_collections.ConfigDict:
-  """`config` with `pp.mean`/`pp.std` of the weights `config.pretrained_path` holds.
+                                  ) -> settings.Run:
+  """`run` with the input mean/std of the weights its `pretrained_path` holds.
 
   Only when the config leaves them at the official default and the weights expect others
   (CLIP's, DINOv2's or Swin's ImageNet values in a timm config.json, or a run fine-tuned with
@@ -111,19 +112,18 @@ def with_checkpoint_normalization(config: ml_collections.ConfigDict,
   reads back (`run_record.with_recorded_contributions`) instead of calling this, so a resumed
   run's inputs never change midway. Writes nothing.
   """
-  pp = config.pp
-  if not image_ops.is_official_normalization(pp.mean, pp.std) or not config.pretrained_path:
-    return config
-  location = store.locate(config.pretrained_path)
+  data = run.data
+  if not image_ops.is_official_normalization(data.mean, data.std) or not run.pretrained_path:
+    return run
+  location = store.locate(run.pretrained_path)
   if store.is_remote(location.path) or store.check_available(location):
-    return config  # A published npz (official inputs), or missing: preflight says so.
-  described = (pretrained or PretrainedSource()).open(config.pretrained_path).description
+    return run  # A published npz (official inputs), or missing: preflight says so.
+  described = (pretrained or PretrainedSource()).open(run.pretrained_path).description
   mean, std = described.mean, described.std
   if image_ops.is_official_normalization(mean, std):
-    return config
+    return run
   logging.info('Input normalisation of %s: (x / 255 - mean) / std with mean %s, std %s (not '
                'x / 127.5 - 1); set --config.pp.mean/--config.pp.std to choose others.',
-               config.pretrained_path, mean, std)
-  config = ml_collections.ConfigDict(config.to_dict())
-  config.pp.mean, config.pp.std = tuple(mean), tuple(std)
-  return config.lock()
+               run.pretrained_path, mean, std)
+  return dataclasses.replace(run, data=dataclasses.replace(data, mean=tuple(mean),
+                                                            std=tuple(std)))

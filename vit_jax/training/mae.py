@@ -4,11 +4,30 @@ The loss is the mean squared error over the masked patches only, of each patch's
 normalised by its own mean and variance (`norm_pix_loss`, MAE's default) or as fed to the model.
 """
 
+import dataclasses
 import math
 from typing import Optional
 
 import jax
 import jax.numpy as jnp
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """The masked autoencoder's mask and decoder (`config.mae`; defaults in `config_lib`).
+
+  Attributes:
+    mask_ratio: the fraction of patches hidden from the encoder.
+    decoder_width: the decoder's token width.
+    decoder_depth: its blocks.
+    decoder_heads: its attention heads.
+    norm_pix_loss: targets are each patch's pixels normalised by their mean and variance.
+  """
+  mask_ratio: float
+  decoder_width: int
+  decoder_depth: int
+  decoder_heads: int
+  norm_pix_loss: bool
 
 
 def patchify(images: jax.Array, patch: int) -> jax.Array:

@@ -5,10 +5,11 @@ processes, fsdp, the non-finite guard, progress, TensorBoard, SIGTERM); a traine
 the model (`get_model`: a `models_masked` wrapper around the configured ViT), the loss and the
 eval sums (`objective`: the images are their own targets, labels unused) and what is exported
 (`params['encoder']`, the supervised ViT's tree without head, described by `description`).
+Its settings are a `Masked` (the trainer's name and both methods' fields), not the config.
 """
 
 import dataclasses
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +18,6 @@ from vit_jax import config_lib
 from vit_jax import models
 from vit_jax import models_masked
 from vit_jax import presets
-from vit_jax.weights import store
 from vit_jax.training import mae
 from vit_jax.training import mpp
 
@@ -30,63 +30,89 @@ MASK_STREAM = 1
 EVAL_STREAM = 2**31 - 2
 
 
-def is_self_supervised(config: Any) -> bool:
-  return config.trainer in TRAINERS
+@dataclasses.dataclass(frozen=True)
+class Masked:
+  """Which trainer a run is (`config.trainer`) and the masked methods' settings.
+
+  Attributes:
+    trainer: 'mpp' or 'mae' for the masked trainers; any other trains supervised.
+    mpp: masked patch prediction's corruption and target (`config.mpp`).
+    mae: the masked autoencoder's mask and decoder (`config.mae`).
+    seed: the run's seed (`config.seed`), from which the eval masks derive.
+  """
+  trainer: str
+  mpp: mpp.Settings
+  mae: mae.Settings
+  seed: int
 
 
-def validate(config: Any) -> None:
-  """One line per setting the masked trainers cannot honour (before anything is built)."""
-  if not is_self_supervised(config):
+def is_self_supervised(trainer: str) -> bool:
+  """Whether `trainer` (`config.trainer`) is one of the masked trainers."""
+  return trainer in TRAINERS
+
+
+def validate(settings: Masked, model_config: Any, *, crop: int, mixup: float,
+             teacher_path: str, pretrained: Callable[[], Any]) -> None:
+  """One line per setting the masked trainers cannot honour (before anything is built).
+
+  Beside its own settings it checks what the run would add: a model to pretrain
+  (`model_config`, at `crop` pixels), Mixup, a distillation teacher, pretrained weights
+  (`pretrained()`: the checkpoint the run would start from, or None; only asked for when the
+  trainer is a masked one, as locating it may read a folder's index).
+  """
+  if not is_self_supervised(settings.trainer):
     return
-  name = config.trainer
-  if config.model is None:
+  name = settings.trainer
+  if model_config is None:
     raise ValueError(f'trainer={name} needs a model to pretrain: set config.model (e.g. '
                      'config_lib.with_model(config, "ViT-B_16")).')
-  family = presets.family_of(config.model)
-  if not presets.record_of(config.model).masked_pretraining:
+  family = presets.family_of(model_config)
+  if not presets.record_of(model_config).masked_pretraining:
     raise ValueError(f'trainer={name} pretrains a plain ViT (patches of pixels); the model is '
                      f'a {family}: use a ViT preset or config_lib.small_vit.')
-  classifier = config.model.get('classifier', 'token')
+  classifier = model_config.get('classifier', 'token')
   if classifier not in models_masked.UNPOOLED:
     raise ValueError(f'trainer={name} cannot train classifier={classifier!r} (its pooling head '
                      f'sees no loss); use one of {", ".join(models_masked.UNPOOLED)}.')
-  if config.model.get('representation_size') is not None:
+  if model_config.get('representation_size') is not None:
     raise ValueError(f'trainer={name} exports an encoder without pre_logits; set '
                      '--config.model.representation_size=None.')
-  if config.mixup or config.distill.teacher_path:
+  if mixup or teacher_path:
     raise ValueError(f'trainer={name} has no labels to mix or distil; set --config.mixup=0 '
                      "and --config.distill.teacher_path=''.")
-  if store.pretrained_path(config):
+  if pretrained():
     raise ValueError(f'trainer={name} pretrains from scratch; set --config.pretrained_dir=\'\' '
                      "and --config.pretrained_path=''.")
-  config_lib.check_choice('mpp.target', config.mpp.target)
-  patch = config.model.patches.size[0]
-  if name == 'mpp' and config.mpp.target == 'color_4x4' and patch % mpp.DOWNSIZED_CELLS:
+  config_lib.check_choice('mpp.target', settings.mpp.target)
+  patch = model_config.patches.size[0]
+  if name == 'mpp' and settings.mpp.target == 'color_4x4' and patch % mpp.DOWNSIZED_CELLS:
     raise ValueError(f'mpp.target=color_4x4 needs a patch size divisible by 4 (it is {patch}); '
                      'use --config.mpp.target=mean_color.')
-  if name == 'mae' and not 0. < config.mae.mask_ratio < 1.:
-    raise ValueError(f'mae.mask_ratio={config.mae.mask_ratio} must be in (0, 1) (MAE: 0.75).')
-  gh, gw = models.token_grid(config.model, (config.pp.crop, config.pp.crop))
-  where = f' ({gh}x{gw} at pp.crop={config.pp.crop}, patch {patch})'
+  if name == 'mae' and not 0. < settings.mae.mask_ratio < 1.:
+    raise ValueError(f'mae.mask_ratio={settings.mae.mask_ratio} must be in (0, 1) (MAE: 0.75).')
+  gh, gw = models.token_grid(model_config, (crop, crop))
+  where = f' ({gh}x{gw} at pp.crop={crop}, patch {patch})'
   if name == 'mae':
-    problem = mae.mask_problem(gh * gw, config.mae.mask_ratio, where)
+    problem = mae.mask_problem(gh * gw, settings.mae.mask_ratio, where)
   else:
-    problem = mpp.corruption_problem(gh * gw, corrupt=config.mpp.corrupt, mask=config.mpp.mask,
-                                     random=config.mpp.random, where=where)
+    problem = mpp.corruption_problem(gh * gw, corrupt=settings.mpp.corrupt,
+                                     mask=settings.mpp.mask, random=settings.mpp.random,
+                                     where=where)
   if problem:
     raise ValueError(problem)
 
 
-def get_model(config: Any) -> Any:
-  """The pretraining model of `config.trainer` around the headless, unpooled ViT `encoder`."""
-  classifier = models_masked.UNPOOLED[config.model.get('classifier', 'token')]
-  encoder = models.get_model(config.model, num_classes=0, classifier=classifier)
-  if config.trainer == 'mpp':
+def get_model(settings: Masked, model_config: Any) -> Any:
+  """The pretraining model of `settings.trainer` around the headless, unpooled ViT `encoder`
+  that `model_config` describes."""
+  classifier = models_masked.UNPOOLED[model_config.get('classifier', 'token')]
+  encoder = models.get_model(model_config, num_classes=0, classifier=classifier)
+  if settings.trainer == 'mpp':
     return models_masked.MaskedPatchPredictor(encoder=encoder, num_outputs=mpp.num_outputs(
-        config.mpp.target, config.mpp.color_bits, config.model.patches.size[0]))
+        settings.mpp.target, settings.mpp.color_bits, model_config.patches.size[0]))
   return models_masked.MaskedAutoencoder(
-      encoder=encoder, decoder_width=config.mae.decoder_width,
-      decoder_depth=config.mae.decoder_depth, decoder_heads=config.mae.decoder_heads)
+      encoder=encoder, decoder_width=settings.mae.decoder_width,
+      decoder_depth=settings.mae.decoder_depth, decoder_heads=settings.mae.decoder_heads)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +121,7 @@ class Objective:
 
   Attributes:
     losses: (params, images, rng, train) → (per-image loss, per-image accuracy or None).
-    seed: `config.seed`, from which the eval masks derive.
+    seed: the run's seed, from which the eval masks derive.
   """
   losses: Callable[..., Any]
   seed: int
@@ -115,22 +141,26 @@ class Objective:
             'count': jnp.sum(mask)}
 
 
-def objective(config: Any, model: Any) -> Optional[Objective]:
-  """The `Objective` of `config.trainer`, or None for the supervised trainers."""
-  if not is_self_supervised(config):
+def objective(settings: Masked, model: Any, model_config: Any, mean: Sequence[float],
+              std: Sequence[float]) -> Optional[Objective]:
+  """The `Objective` of `settings.trainer` for `model` (its encoder described by
+  `model_config`, its inputs normalised by `mean` and `std`), or None for the supervised
+  trainers."""
+  if not is_self_supervised(settings.trainer):
     return None
-  patch = config.model.patches.size[0]
-  mean, std = jnp.asarray(config.pp.mean), jnp.asarray(config.pp.std)
+  patch = model_config.patches.size[0]
+  mean, std = jnp.asarray(mean), jnp.asarray(std)
+  mpp_settings, mae_settings = settings.mpp, settings.mae
 
   def mpp_losses(params, images, rng, train):
     n, h, w, _ = images.shape
     kind, source = mpp.corruption_plan(
         jax.random.fold_in(rng, MASK_STREAM), n, (h // patch) * (w // patch),
-        corrupt=config.mpp.corrupt, mask=config.mpp.mask, random=config.mpp.random)
+        corrupt=mpp_settings.corrupt, mask=mpp_settings.mask, random=mpp_settings.random)
     outputs = model.apply({'params': params}, images, train=train, kind=kind, source=source,
                           rngs={'dropout': rng})
     loss, correct = mpp.patch_losses(outputs, images, images * std + mean, patch=patch,
-                                     target=config.mpp.target, bits=config.mpp.color_bits)
+                                     target=mpp_settings.target, bits=mpp_settings.color_bits)
     chosen = (kind != models_masked.UNTOUCHED).astype(jnp.float32)
     count = jnp.maximum(chosen.sum(axis=1), 1.)
     return ((loss * chosen).sum(axis=1) / count,
@@ -139,24 +169,27 @@ def objective(config: Any, model: Any) -> Optional[Objective]:
   def mae_losses(params, images, rng, train):
     n, h, w, _ = images.shape
     keep = mae.visible_patches(jax.random.fold_in(rng, MASK_STREAM), n,
-                               (h // patch) * (w // patch), config.mae.mask_ratio)
+                               (h // patch) * (w // patch), mae_settings.mask_ratio)
     predictions = model.apply({'params': params}, images, train=train, keep=keep,
                               rngs={'dropout': rng})
     return mae.reconstruction_loss(predictions, images, keep, patch=patch,
-                                   norm_pix_loss=config.mae.norm_pix_loss), None
+                                   norm_pix_loss=mae_settings.norm_pix_loss), None
 
-  return Objective(mpp_losses if config.trainer == 'mpp' else mae_losses, config.seed)
-
-
-def encoder_params(config: Any, params: Any) -> Any:
-  """What a run exports: the encoder's tree for the masked trainers, else `params`."""
-  return params['encoder'] if is_self_supervised(config) else params
+  return Objective(mpp_losses if settings.trainer == 'mpp' else mae_losses, settings.seed)
 
 
-def description(config: Any, steps: int, result: Dict[str, Any]) -> Dict[str, Any]:
-  """metadata.json's `self_supervised` entry: how the encoder was pretrained, on what."""
-  method = config.trainer
-  settings = dict(config[method].to_dict())
-  return dict(method=method, name=METHODS[method], steps=steps, batch=config.batch,
-              dataset=config.dataset, split=config.pp.train, labels_used=False,
-              settings=settings, loss_test=result.get('loss'))
+def encoder_params(trainer: str, params: Any) -> Any:
+  """What a run of `trainer` exports: the encoder's tree for the masked trainers, else
+  `params`."""
+  return params['encoder'] if is_self_supervised(trainer) else params
+
+
+def description(settings: Masked, steps: int, result: Dict[str, Any], *, batch: int,
+                dataset: str, split: str) -> Dict[str, Any]:
+  """metadata.json's `self_supervised` entry: how the encoder was pretrained (`steps` of
+  `batch` images of `split` of `dataset`)."""
+  method = settings.trainer
+  fields = dataclasses.asdict(getattr(settings, method))
+  return dict(method=method, name=METHODS[method], steps=steps, batch=batch,
+              dataset=dataset, split=split, labels_used=False,
+              settings=fields, loss_test=result.get('loss'))

@@ -7,6 +7,7 @@ predicts its 3-bit mean colour (512 classes, the paper's choice), or its 4x4 dow
 in 3-bit colours (16 predictions), or its pixels (L2); the paper tried all three.
 """
 
+import dataclasses
 import math
 from typing import Optional, Tuple
 
@@ -18,6 +19,24 @@ from vit_jax import models_masked
 from vit_jax.training import mae
 
 DOWNSIZED_CELLS = 4  # The 4x4 downsized patch of target 'color_4x4'.
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """Masked patch prediction's corruption and target (`config.mpp`; defaults in `config_lib`).
+
+  Attributes:
+    corrupt: the fraction of patch embeddings corrupted per image.
+    mask: of the corrupted, the share replaced by the learned [mask] embedding.
+    random: of the corrupted, the share replaced by another patch's embedding.
+    target: 'mean_color', 'color_4x4' or 'pixels'.
+    color_bits: bits per channel of the colour targets.
+  """
+  corrupt: float
+  mask: float
+  random: float
+  target: str
+  color_bits: int
 
 
 def corruption_plan(rng: jax.Array, batch: int, num_patches: int, *, corrupt: float,

@@ -1,5 +1,6 @@
 """Learning-rate schedules and optimizers for fine-tuning (official) and pretraining (paper)."""
 
+import dataclasses
 from typing import Any, Callable, Optional
 
 import jax
@@ -8,6 +9,27 @@ import optax
 
 from vit_jax import config_lib
 
+
+@dataclasses.dataclass(frozen=True)
+class Optimizer:
+  """What `make_optimizer` builds (the config's optimizer fields; defaults in `config_lib`).
+
+  Attributes:
+    name: 'sgd' (momentum 0.9, fine-tuning) or 'adamw' (pretraining) (`config.optim`).
+    grad_norm_clip: the global-norm clip, 0 = off.
+    dtype: the SGD momentum dtype, 'bfloat16' as officially (`config.optim_dtype`).
+    b1: Adam's beta1.
+    b2: Adam's beta2.
+    weight_decay: decoupled weight decay (AdamW only).
+    weight_decay_on: which params it decays ('kernels' or 'all').
+  """
+  name: str
+  grad_norm_clip: float
+  dtype: str
+  b1: float
+  b2: float
+  weight_decay: float
+  weight_decay_on: str
 
 
 def learning_rate_schedule(*, total_steps: int, base_lr: float, decay_type: str,
@@ -30,26 +52,26 @@ def learning_rate_schedule(*, total_steps: int, base_lr: float, decay_type: str,
   return optax.join_schedules([warmup, decay], [warmup_steps])
 
 
-def make_optimizer(config: Any, schedule: optax.Schedule) -> optax.GradientTransformation:
+def make_optimizer(settings: Optimizer, schedule: optax.Schedule
+                   ) -> optax.GradientTransformation:
   """Global-norm clip, then SGD momentum 0.9 (fine-tuning) or AdamW (pretraining).
 
-  Config fields: optim ('sgd'|'adamw'), grad_norm_clip, optim_dtype (SGD momentum dtype,
-  'bfloat16' as in the official code saves memory), b1, b2, weight_decay (decoupled, AdamW)
-  and weight_decay_on (which params it decays).
+  The SGD momentum in `settings.dtype` ('bfloat16' as in the official code) saves memory;
+  AdamW's weight decay is decoupled and applies to `settings.weight_decay_on`.
   """
-  name = config_lib.check_choice('optim', config.optim)
-  clip = config.grad_norm_clip
+  name = config_lib.check_choice('optim', settings.name)
+  clip = settings.grad_norm_clip
   chain = [optax.clip_by_global_norm(clip)] if clip else []
   if name == 'sgd':
-    if config.weight_decay:
+    if settings.weight_decay:
       raise ValueError('weight_decay is only used with optim="adamw"; official fine-tuning uses '
                        'none. Set --config.weight_decay=0 or --config.optim=adamw.')
     chain.append(optax.sgd(schedule, momentum=0.9,
-                           accumulator_dtype=jnp.dtype(config.optim_dtype)))
+                           accumulator_dtype=jnp.dtype(settings.dtype)))
   else:
-    chain.append(optax.adamw(schedule, b1=config.b1, b2=config.b2,
-                             weight_decay=config.weight_decay,
-                             mask=weight_decay_mask(config.weight_decay_on)))
+    chain.append(optax.adamw(schedule, b1=settings.b1, b2=settings.b2,
+                             weight_decay=settings.weight_decay,
+                             mask=weight_decay_mask(settings.weight_decay_on)))
   return optax.chain(*chain)
 
 

@@ -7,13 +7,14 @@ evaluated with its overrides, so an edited file counts, not only another command
 it trains, the class names of the head's outputs, and where the pretrained weights came from
 with what they contributed (model or its position embedding, input mean/std, resolution).
 
-A rerun in the same directory first compares its inputs with the record (`check`) and, when they
-differ, stops with one line before anything is written (no checkpoint, params.npz,
-metadata.json or log line): a new `--workdir`, or `--config.allow_changed_inputs=True` to
-continue anyway (then recorded in the record's `history`). A resumed run takes the model and
-mean/std the pretrained weights contributed from the record (`with_recorded_contributions`):
-resuming never opens the pretrained source, which may have moved. The exported class names are
-the record's: what the head was trained on, whatever the folders are called today.
+A rerun in the same directory first compares its inputs with the record (`check`, the one
+function here that reads the config: the record keeps the config itself) and, when they differ,
+stops with one line before anything is written (no checkpoint, params.npz, metadata.json or
+log line): a new `--workdir`, or `--config.allow_changed_inputs=True` to continue anyway (then
+recorded in the record's `history`). A resumed run takes the model and mean/std the pretrained
+weights contributed from the record (`with_recorded_contributions`): resuming never opens the
+pretrained source, which may have moved. The exported class names are the record's: what the
+head was trained on, whatever the folders are called today.
 """
 
 import dataclasses
@@ -34,6 +35,7 @@ from vit_jax.weights.timm import files as timm_files
 from vit_jax.weights.architecture import plain_config
 from vit_jax.data import image_ops
 from vit_jax.training import parallel
+from vit_jax.training import settings
 
 RECORD_FILE = 'run.json'
 # Config fields a rerun may change without changing what the weights are trained on or with:
@@ -57,11 +59,12 @@ class ChangedInputsError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class Checked:
   """The outcome of `check`: the record (None: none, or nothing trained to protect), the
-  dataset's identity now (None: not read, there was no record), and the differences a rerun
-  was allowed to continue with."""
+  dataset's identity now (None: not read, there was no record), the differences a rerun
+  was allowed to continue with, and the config as the record keeps it (JSON's view)."""
   record: Optional[Dict[str, Any]]
   dataset: Optional[Dict[str, Any]]
   changes: List[str]
+  config: Dict[str, Any]
 
 
 def _plain(value: Any) -> Any:
@@ -148,10 +151,11 @@ def check(config: ml_collections.ConfigDict, workdir: str) -> Checked:
       `config.allow_changed_inputs` is off; its first line names the first differences and the
       two ways on.
   """
+  plain = _plain(config)
   record = read(workdir) if has_trained(workdir) else None
   if record is None:  # The dataset is described when the run starts (after its preflight).
-    return Checked(None, None, [])
-  dataset = input_pipeline.dataset_identity(config)
+    return Checked(None, None, [], plain)
+  dataset = input_pipeline.dataset_identity(settings.data(config))
   changes = differences(record, config, dataset)
   if changes:
     logging.warning('%s was trained on other inputs than this run: %s', workdir,
@@ -163,23 +167,24 @@ def check(config: ml_collections.ConfigDict, workdir: str) -> Checked:
           f'Nothing was changed. Start a new --workdir for these inputs, or continue this run '
           f'anyway with --config.allow_changed_inputs=True (recorded in '
           f'{os.path.join(workdir, RECORD_FILE)}).')
-  return Checked(record, dataset, changes)
+  return Checked(record, dataset, changes, plain)
 
 
-def with_recorded_contributions(config: ml_collections.ConfigDict, record: Dict[str, Any]
-                                ) -> ml_collections.ConfigDict:
-  """`config` completed as when the run started: the model (or the named model's posemb) and
-  input mean/std the pretrained weights contributed, from the record, so a resumed run never
-  opens the pretrained source."""
-  config = ml_collections.ConfigDict(config.to_dict())
-  if config.model is None:
-    config.model = ml_collections.ConfigDict(plain_config(record['model']))
+def with_recorded_contributions(run: settings.Run, record: Dict[str, Any]) -> settings.Run:
+  """`run` completed as when it started: the model (or the named model's posemb) and input
+  mean/std the pretrained weights contributed, from the record, so a resumed run never opens
+  the pretrained source."""
+  model, data = run.model_config, run.data
+  if model is None:
+    model = ml_collections.ConfigDict(plain_config(record['model'])).lock()
   elif 'posemb' in ((record.get('pretrained') or {}).get('contributed') or ()):
-    config.model.posemb = record['model']['posemb']
-  if image_ops.is_official_normalization(config.pp.mean, config.pp.std):
-    config.pp.mean = tuple(record['input']['mean'])
-    config.pp.std = tuple(record['input']['std'])
-  return config.lock()
+    model = ml_collections.ConfigDict(model.to_dict())
+    model.posemb = record['model']['posemb']
+    model.lock()
+  if image_ops.is_official_normalization(data.mean, data.std):
+    data = dataclasses.replace(data, mean=tuple(record['input']['mean']),
+                               std=tuple(record['input']['std']))
+  return dataclasses.replace(run, model_config=model, data=data)
 
 
 def _pretrained_resolution(location: store.Location) -> Optional[int]:
@@ -198,17 +203,18 @@ def _pretrained_resolution(location: store.Location) -> Optional[int]:
     return None
 
 
-def _pretrained(user: Any, config: Any) -> Optional[Dict[str, Any]]:
+def _pretrained(user: settings.Run, run: settings.Run) -> Optional[Dict[str, Any]]:
   """Where the pretrained weights came from and what they contributed to the run."""
-  location = store.pretrained_location(config)
+  location = run.pretrained_location()
   if not location:
     return None
   contributed = ['weights']
-  if user.model is None:
+  if user.model_config is None:
     contributed.append('model')
-  elif user.model.get('posemb', 'learn') != config.model.get('posemb', 'learn'):
+  elif user.model_config.get('posemb', 'learn') != run.model_config.get('posemb', 'learn'):
     contributed.append('posemb')  # `from_checkpoint.with_checkpoint_model`.
-  if tuple(user.pp.mean) != tuple(config.pp.mean) or tuple(user.pp.std) != tuple(config.pp.std):
+  if (tuple(user.data.mean) != tuple(run.data.mean)
+      or tuple(user.data.std) != tuple(run.data.std)):
     contributed.append('mean/std')
   return {'source': location.path, 'contributed': contributed,
           'resolution': _pretrained_resolution(location)}
@@ -218,15 +224,16 @@ def _now() -> str:
   return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')
 
 
-def write(workdir: str, checked: Checked, user: ml_collections.ConfigDict,
-          config: ml_collections.ConfigDict, class_names: Any, start: int, total: int) -> None:
+def write(workdir: str, checked: Checked, user: settings.Run, run: settings.Run,
+          class_names: Any, start: int, total: int) -> None:
   """Records this run's inputs in `workdir/run.json` (process 0; the others wait for it).
 
   Args:
     workdir: the run directory.
-    checked: `check`'s outcome.
-    user: the config as the command resolved it (what a rerun is compared with).
-    config: the same, completed from the pretrained weights (model, mean/std).
+    checked: `check`'s outcome (with the config as the command resolved it: what a rerun is
+      compared with).
+    user: that config's settings.
+    run: the same, completed from the pretrained weights (model, mean/std).
     class_names: the dataset's class names now.
     start: the step this run starts at; total: its last step.
   """
@@ -245,13 +252,13 @@ def write(workdir: str, checked: Checked, user: ml_collections.ConfigDict,
         'time': _now(), 'changes': checked.changes}]
     # The head keeps what it was trained on unless it trains on the new labels from here.
     head = list(class_names) if start < total else record['class_names']
-  dataset = checked.dataset or input_pipeline.dataset_identity(user)
+  dataset = checked.dataset or input_pipeline.dataset_identity(user.data)
   new = {
-      'dataset': dataset, 'config': _plain(user), 'class_names': head,
-      'model': _plain(config.model),
-      'input': {'crop': int(config.pp.crop), 'mean': list(config.pp.mean),
-                'std': list(config.pp.std)},
-      'pretrained': (record or {}).get('pretrained') if record else _pretrained(user, config),
+      'dataset': dataset, 'config': checked.config, 'class_names': head,
+      'model': _plain(run.model_config),
+      'input': {'crop': int(run.data.crop), 'mean': list(run.data.mean),
+                'std': list(run.data.std)},
+      'pretrained': (record or {}).get('pretrained') if record else _pretrained(user, run),
       'history': history}
   parallel.barrier('vit_jax: every process compared its inputs with the run record')
   if jax.process_index() == 0:

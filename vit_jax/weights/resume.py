@@ -44,10 +44,11 @@ class _WithoutSteps(ocp.step.NameFormat):
     return self._standard.find_step(base_path, step)
 
 
-def make_checkpoint_manager(workdir: str, config: Any,
+def make_checkpoint_manager(workdir: str, keep: int,
                             damaged: Sequence[int] = ()) -> ocp.CheckpointManager:
-  """The orbax manager of `store.state_dir(workdir)`; `damaged` steps stay on disk, unseen by it."""
-  options = ocp.CheckpointManagerOptions(max_to_keep=config.keep_checkpoints,
+  """The orbax manager of `store.state_dir(workdir)`, keeping the newest `keep` train states
+  (`config.keep_checkpoints`); `damaged` steps stay on disk, unseen by it."""
+  options = ocp.CheckpointManagerOptions(max_to_keep=keep,
                                          create=True, step_name_format=_WithoutSteps(damaged))
   # The handler is named so that `item_metadata` can read a checkpoint's tree before restoring.
   return ocp.CheckpointManager(os.path.abspath(store.state_dir(workdir)),

@@ -210,27 +210,21 @@ def _npz_path(path_or_name: str) -> str:
   return path_or_name
 
 
-def pretrained_path(config: Any) -> Optional[str]:
-  """The path of `pretrained_location` (what a fine-tuning run starts from), or None."""
-  location = pretrained_location(config)
-  return None if location is None else location.path
-
-
-def pretrained_location(config: Any) -> Optional[Location]:
+def pretrained_location(path: str, directory: str, filename: str,
+                        model_config: Any) -> Optional[Location]:
   """The checkpoint a fine-tuning run starts from, or None to train from scratch.
 
-  `config.pretrained_path` (file, run directory, URL or published name) wins; else
-  `config.pretrained_dir`/<name>.npz with the name `config.model_or_filename` (an AugReg model
-  name like 'B_16' picks its best i21k file from the folder's index.csv, as officially) or the
-  model's `model_name`.
+  `path` (`config.pretrained_path`: file, run directory, URL or published name) wins; else
+  `directory`/<name>.npz (`config.pretrained_dir`) with the name `filename`
+  (`config.model_or_filename`: an AugReg model name like 'B_16' picks its best i21k file from
+  the folder's index.csv, as officially) or the `model_name` of `model_config`.
   """
-  if config.pretrained_path:
-    return locate(config.pretrained_path)
-  directory = config.pretrained_dir
+  if path:
+    return locate(path)
   if not directory:
     return None
-  name = config.model_or_filename or config.model.model_name
-  if config.model_or_filename and '-' not in name:
+  name = filename or model_config.model_name
+  if filename and '-' not in name:
     name = best_augreg_filename(name, directory)
   return Location(f'{directory.rstrip("/")}/{name}.npz', timm=False)
 
