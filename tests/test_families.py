@@ -1,5 +1,6 @@
 """A model family is one record (`families.FAMILIES`) and every per-family call site reads it."""
 
+import os
 import pathlib
 import re
 
@@ -155,3 +156,24 @@ def test_a_family_that_contradicts_the_resnet_root_is_one_line(preset, family):
   config.model.family = family
   with pytest.raises(ValueError, match='so the model and its token geometry agree'):
     presets.record_of(config.model)
+
+
+def test_published_weights_are_declared_once_and_catalogued():
+  """Each family's published weights (`Weights`: source, size, head, mean/std) are what
+  checkpoints/README.md catalogues, folder by folder; each names a preset whose grid its size
+  fills, and each name resolves to its source (`store.locate`, the download path)."""
+  from vit_jax.weights import store
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  with open(os.path.join(root, 'checkpoints', 'README.md')) as f:
+    rows = [line.split('|')[1:4] for line in f if line.startswith('| `gs://')]
+  catalogued = {re.search(r'`(\S+)`', folder)[1]: set(re.findall(r'`([^`.]+)`', files)) - {'.npz'}
+                for folder, _, files in rows}
+  declared = {}
+  for weights in presets.PUBLISHED_WEIGHTS.values():
+    folder, stem = weights.source.rsplit('/', 1)
+    declared.setdefault(folder, set()).add(stem[:-len('.npz')])
+    assert store.locate(weights.name).path == weights.source
+    config = presets.MODEL_CONFIGS[weights.preset]
+    assert weights.image_size % presets.token_stride(config) == 0, weights.name
+  catalogued.pop('gs://vit_models/augreg')  # Its files are listed by its own index.csv.
+  assert declared == catalogued

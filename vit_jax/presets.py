@@ -30,6 +30,10 @@ PUBLISHED_DIRS = {
     'mixer-imagenet1k': 'gs://mixer_models/imagenet1k',
 }
 DEFAULT_PRETRAINED_DIR = PUBLISHED_DIRS['imagenet21k']
+# Every family's published weights by name ('imagenet21k/ViT-B_16'), as its record declares
+# them (`families.record.Weights`: source, size, head, data, mean/std); checkpoints/README.md is
+# their catalogue.
+PUBLISHED_WEIGHTS = {w.name: w for record in families.FAMILIES.values() for w in record.weights}
 # A bare published name ('ViT-B_16') is looked up here: these files carry real ImageNet-1k heads
 # (the plain imagenet21k files have all-zero heads).
 DEFAULT_NAMED_COLLECTION = 'imagenet21k+imagenet2012'

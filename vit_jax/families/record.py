@@ -12,6 +12,38 @@ import ml_collections
 
 
 @dataclasses.dataclass(frozen=True)
+class Weights:
+  """One published weight of a preset, declared as timm's `default_cfgs` declare theirs.
+
+  Attributes:
+    name: how the tools name it, '<collection>/<file stem>' ('imagenet21k/ViT-B_16').
+    preset: the preset whose model it holds.
+    source: where it is published (gs://, also readable over https).
+    image_size: the square resolution it was trained (or fine-tuned) at.
+    num_classes: outputs of its head.
+    trained_on: the data, in words.
+    mean: per-channel mean of the [0, 1] input it expects (the official x / 127.5 - 1).
+    std: per-channel std of the same.
+  """
+
+  name: str
+  preset: str
+  source: str
+  image_size: int
+  num_classes: int
+  trained_on: str
+  mean: Tuple[float, float, float] = (0.5, 0.5, 0.5)
+  std: Tuple[float, float, float] = (0.5, 0.5, 0.5)
+
+
+def published(collection: str, folder: str, trained_on: str, image_size: int,
+              num_classes: int, files: Sequence[Tuple[str, str]]) -> Tuple[Weights, ...]:
+  """The weights of one published folder: (preset, file stem) pairs at one size and head."""
+  return tuple(Weights(f'{collection}/{stem}', preset, f'{folder}/{stem}.npz', image_size,
+                       num_classes, trained_on) for preset, stem in files)
+
+
+@dataclasses.dataclass(frozen=True)
 class Family:
   """Everything the package does differently for one model family.
 
@@ -43,6 +75,9 @@ class Family:
       folder's `presets.py`; each declares `family`.
     timm_writer: 'package.module' of its own timm module where timm keeps the family apart
       from its ViT (`export_args`, `export_state`: what `weights.timm.export` writes), or None.
+    weights: its presets' published weights (`Weights`: source, size, head, data, mean/std),
+      from its folder's `presets.py`; `presets.PUBLISHED_WEIGHTS` lists every family's. Weights
+      timm publishes carry the same in their config.json (`pretrained_cfg`).
   """
 
   name: str
@@ -63,6 +98,7 @@ class Family:
   timm_vit: bool = False
   presets: Tuple[ml_collections.ConfigDict, ...] = ()
   timm_writer: Optional[str] = None
+  weights: Tuple[Weights, ...] = ()
 
 
 def resolve(dotted: str) -> Any:

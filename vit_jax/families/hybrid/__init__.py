@@ -10,7 +10,7 @@ from typing import Any, Sequence, Tuple
 import ml_collections
 
 from vit_jax.families import vit
-from vit_jax.families.hybrid.presets import PRESETS
+from vit_jax.families.hybrid.presets import PRESETS, WEIGHTS
 from vit_jax.families.record import Family, ceil_div, patch_grid, patch_size, rounded_up
 
 
@@ -41,4 +41,4 @@ FAMILY = Family('hybrid', 'ResNet+ViT hybrid', vit.EXTRAS, True,
                 module='vit_jax.families.vit.model.VisionTransformer',
                 shape_reader='vit_jax.families.vit.shapes.READER',
                 flops='vit_jax.families.vit.flops.COUNTER', resnet_root=True, augreg=True,
-                timm_vit=True, presets=PRESETS)
+                timm_vit=True, presets=PRESETS, weights=WEIGHTS)

@@ -1,5 +1,6 @@
 """The ResNet+ViT hybrid presets: the ViT's constructor with the official ResNet root."""
 
+from vit_jax.families.record import published
 from vit_jax.families.vit.presets import B, L, S, TI, vit
 
 PRESETS = (
@@ -12,3 +13,9 @@ PRESETS = (
     vit('R26+ViT-B_32', 1, *B, resnet=((2, 2, 2, 2), 1)),
     vit('R50+ViT-L_32', 1, *L, dropout=0.1, resnet=((3, 4, 6, 3), 1)),
 )
+WEIGHTS = (
+    published('imagenet21k', 'gs://vit_models/imagenet21k', 'ImageNet-21k', 224, 21843, [
+        (n, n) for n in ('R50+ViT-B_16', 'R26+ViT-B_32', 'R50+ViT-L_32')])
+    + published('imagenet21k+imagenet2012', 'gs://vit_models/imagenet21k+imagenet2012',
+                'ImageNet-21k, fine-tuned on ImageNet', 384, 1000,
+                [('R50+ViT-B_16', 'R50+ViT-B_16')]))

@@ -3,7 +3,7 @@ XLA's), `model.py` (`MlpMixer`) and `shapes.py` (`READER`) beside it."""
 
 import ml_collections
 
-from vit_jax.families.mixer.presets import PRESETS
+from vit_jax.families.mixer.presets import PRESETS, WEIGHTS
 from vit_jax.families.record import Family, patch_grid, patch_size, rounded_up
 
 
@@ -17,4 +17,4 @@ FAMILY = Family('mixer', 'Mixer', {}, False,
                 shrink=shrink,
                 module='vit_jax.families.mixer.model.MlpMixer',
                 shape_reader='vit_jax.families.mixer.shapes.READER', flops=None,
-                presets=PRESETS)
+                presets=PRESETS, weights=WEIGHTS)

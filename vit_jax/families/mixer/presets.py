@@ -2,6 +2,8 @@
 
 import ml_collections
 
+from vit_jax.families.record import published
+
 
 def mixer(name: str, patch: int, hidden: int, blocks: int, tokens_mlp: int,
           channels_mlp: int) -> ml_collections.ConfigDict:
@@ -16,3 +18,8 @@ PRESETS = (
     mixer('Mixer-B_32', 32, 768, 12, 384, 3072),
     mixer('Mixer-L_16', 16, 1024, 24, 512, 4096),
 )
+WEIGHTS = (
+    published('mixer-imagenet21k', 'gs://mixer_models/imagenet21k', 'ImageNet-21k', 224, 21843,
+              [('Mixer-B_16', 'Mixer-B_16'), ('Mixer-L_16', 'Mixer-L_16')])
+    + published('mixer-imagenet1k', 'gs://mixer_models/imagenet1k', 'ImageNet', 224, 1000,
+                [('Mixer-B_16', 'Mixer-B_16'), ('Mixer-L_16', 'Mixer-L_16')]))

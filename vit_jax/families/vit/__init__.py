@@ -6,7 +6,7 @@ ways) and `flops.py` (`COUNTER`). Its presets are built by `presets.vit`.
 
 import ml_collections
 
-from vit_jax.families.vit.presets import PRESETS
+from vit_jax.families.vit.presets import PRESETS, WEIGHTS
 from vit_jax.families.record import Family, patch_grid, patch_size, rounded_up
 
 # Fields beyond the official ones, each off by default (defaults = official behaviour).
@@ -46,4 +46,4 @@ FAMILY = Family('vit', 'ViT', EXTRAS, True,
                 module='vit_jax.families.vit.model.VisionTransformer',
                 shape_reader='vit_jax.families.vit.shapes.READER',
                 flops='vit_jax.families.vit.flops.COUNTER', augreg=True, masked_pretraining=True,
-                timm_vit=True, presets=PRESETS)
+                timm_vit=True, presets=PRESETS, weights=WEIGHTS)

@@ -5,6 +5,8 @@ from typing import Optional, Sequence, Tuple
 
 import ml_collections
 
+from vit_jax.families.record import published
+
 
 def vit(name: str, patch: int, hidden: int, mlp: int, heads: int, layers: int, *,
         dropout: float = 0., classifier: str = 'token', representation_size=None,
@@ -50,3 +52,16 @@ PRESETS = (
     vit('ViT-S_32-gap-norep', 32, *S, classifier='gap'),
     vit('ViT-B_32-gap-norep', 32, *B, classifier='gap'),
 )
+
+_I21K = 'gs://vit_models/imagenet21k'
+_I1K = 'gs://vit_models/imagenet21k+imagenet2012'
+WEIGHTS = (
+    published('imagenet21k', _I21K, 'ImageNet-21k', 224, 21843, [
+        (n, n) for n in ('ViT-B_16', 'ViT-B_32', 'ViT-B_8', 'ViT-L_16', 'ViT-L_32', 'ViT-H_14')])
+    + published('imagenet21k+imagenet2012', _I1K, 'ImageNet-21k, fine-tuned on ImageNet', 384,
+                1000, [(n, n) for n in ('ViT-B_16', 'ViT-B_32', 'ViT-B_8', 'ViT-L_16',
+                                        'ViT-L_32')])
+    + published('imagenet21k+imagenet2012', _I1K, 'ImageNet-21k, fine-tuned on ImageNet', 224,
+                1000, [('ViT-B_16', 'ViT-B_16-224'), ('ViT-L_16', 'ViT-L_16-224')])
+    + published('sam', 'gs://vit_models/sam', 'ImageNet, with SAM', 224, 1000, [
+        (n, n) for n in ('ViT-B_16', 'ViT-B_32', 'ViT-L_16', 'ViT-L_32', 'ViT-S_16')]))
