@@ -7,7 +7,7 @@ names (`models_vit.Encoder`, `Encoder1DBlock`, `MlpBlock`) pointing here.
 """
 
 import functools
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -226,32 +226,38 @@ class Encoder(nn.Module):
     if self.norm_pre:
       x = nn.LayerNorm(epsilon=self.layer_norm_eps, param_dtype=self.param_dtype,
                        name='norm_pre')(x)
-    # Blocks are rematerialised only where it matters: when gradients are taken of an `apply`
-    # (not at init, and not while intermediates are being collected for analysis).
-    remat = (self.remat and not self.is_initializing()
-             and not self.is_mutable_collection('intermediates'))
+    remat = self._rematerialize()
     num_tokens = x.shape[1]
     # Collected attention weights (analysis) keep the plain shape: no padding there either.
     if not self.is_mutable_collection('intermediates'):
       x = pad_tokens(x, self.pad_tokens)
     for i in range(self.num_layers):
-      # Stochastic depth grows linearly from 0 (first block) to `stochastic_depth` (last).
-      rate = self.stochastic_depth * i / max(self.num_layers - 1, 1)
-      block = Encoder1DBlock(mlp_dim=self.mlp_dim, num_heads=self.num_heads, dtype=self.dtype,
-                             param_dtype=self.param_dtype, dropout_rate=self.dropout_rate,
-                             attention_dropout_rate=self.attention_dropout_rate,
-                             drop_path_rate=rate, attention_impl=self.attention_impl,
-                             activation=self.activation, layer_norm_eps=self.layer_norm_eps,
-                             layer_scale=self.layer_scale,
-                             relative_grid=None if rope else grid, rope=rope,
-                             rope_grid=grid if rope else None,
-                             valid_tokens=num_tokens, name=f'encoderblock_{i}')
+      block = Encoder1DBlock(**self.block_fields(i), relative_grid=None if rope else grid,
+                             rope=rope, rope_grid=grid if rope else None,
+                             valid_tokens=num_tokens)
       x = self._remat_block(block, x, not train, keep) if remat else block(x, not train, keep)
     x = x[:, :num_tokens]
     if not self.final_norm:
       return x
     return nn.LayerNorm(epsilon=self.layer_norm_eps, param_dtype=self.param_dtype,
                         name='encoder_norm')(x)
+
+  def block_fields(self, i: int) -> Dict[str, Any]:
+    """The fields block `i` (`encoderblock_{i}`) takes from the encoder; stochastic depth
+    grows linearly from 0 (first block) to `stochastic_depth` (last)."""
+    rate = self.stochastic_depth * i / max(self.num_layers - 1, 1)
+    return dict(mlp_dim=self.mlp_dim, num_heads=self.num_heads, dtype=self.dtype,
+                param_dtype=self.param_dtype, dropout_rate=self.dropout_rate,
+                attention_dropout_rate=self.attention_dropout_rate, drop_path_rate=rate,
+                attention_impl=self.attention_impl, activation=self.activation,
+                layer_norm_eps=self.layer_norm_eps, layer_scale=self.layer_scale,
+                name=f'encoderblock_{i}')
+
+  def _rematerialize(self) -> bool:
+    """Blocks are rematerialised only where it matters: when gradients are taken of an
+    `apply` (not at init, and not while intermediates are being collected for analysis)."""
+    return (self.remat and not self.is_initializing()
+            and not self.is_mutable_collection('intermediates'))
 
   def _remat_block(self, block: 'Encoder1DBlock', x: Array, deterministic: bool,
                    keep: Optional[Array]) -> Array:

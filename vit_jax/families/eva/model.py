@@ -180,7 +180,7 @@ class EvaEncoder(models_transformer.Encoder):
   """Prefix tokens, the absolute table (if any), `norm_pre`, `EvaBlock`s named
   encoderblock_{i}, then `encoder_norm` (unless `final_norm` is off: PE's spatial towers)."""
 
-  block_fields: Any = None  # Dict of `EvaBlock`'s own fields, the same for every block.
+  eva_fields: Any = None  # Dict of `EvaBlock`'s own fields, the same for every block.
 
   @nn.compact
   def __call__(self, x: Array, *, train: bool,
@@ -197,17 +197,10 @@ class EvaEncoder(models_transformer.Encoder):
     if self.norm_pre:
       x = nn.LayerNorm(epsilon=self.layer_norm_eps, param_dtype=self.param_dtype,
                        name='norm_pre')(x)
-    remat = (self.remat and not self.is_initializing()
-             and not self.is_mutable_collection('intermediates'))
+    remat = self._rematerialize()
     for i in range(self.num_layers):
-      rate = self.stochastic_depth * i / max(self.num_layers - 1, 1)
-      block = EvaBlock(mlp_dim=self.mlp_dim, num_heads=self.num_heads, dtype=self.dtype,
-                       param_dtype=self.param_dtype, dropout_rate=self.dropout_rate,
-                       attention_dropout_rate=self.attention_dropout_rate,
-                       drop_path_rate=rate, attention_impl=self.attention_impl,
-                       activation=self.activation, layer_norm_eps=self.layer_norm_eps,
-                       layer_scale=self.layer_scale, rope_grid=tuple(grid_shape),
-                       name=f'encoderblock_{i}', **dict(self.block_fields or {}))
+      block = EvaBlock(**self.block_fields(i), rope_grid=tuple(grid_shape),
+                       **dict(self.eva_fields or {}))
       x = self._remat_block(block, x, not train, None) if remat else block(x, not train)
     if not self.final_norm:
       return x
@@ -293,7 +286,7 @@ class Eva(VisionTransformer):
         layer_norm_eps=self.layer_norm_eps, layer_scale=self.layer_scale,
         no_embed_class=self.no_embed_class, norm_pre=self.norm_pre,
         final_norm=self.final_norm and not self.fc_norm,
-        block_fields=dict(qkv_bias=self.qkv_bias, qk_norm=self.qk_norm,
+        eva_fields=dict(qkv_bias=self.qkv_bias, qk_norm=self.qk_norm,
                           attention_norm=self.attention_norm, mlp=self.mlp,
                           mlp_norm=self.mlp_norm, rope_kind=self.rope,
                           rope_temperature=self.rope_temperature, rope_offset=self.rope_offset,
