@@ -227,3 +227,28 @@ def test_what_the_weights_cannot_tell_is_asked_for_in_one_line(tmp_path):
   mean, std, size, assumed = eva_timm._preprocessing(
       {'architecture': 'vit_small_patch16_dinov3'}, entry)
   assert (mean, size) == ((0.485, 0.456, 0.406), 256) and 'no pretrained_cfg' in assumed[0]
+
+
+def test_qk_norm_from_model_args_gives_timms_logits(tmp_path):
+  """No published eva weight but Sapiens2 (refused) has q/k norms; a RoPE ViT built with them
+  (config.json's model_args) loads with timm's logits, its norms under the attention."""
+  torch = pytest.importorskip('torch')
+  timm = pytest.importorskip('timm')
+  from timm.models import save_for_hf
+  from vit_jax.weights import loading
+  torch.manual_seed(0)
+  net = timm.create_model('vit_small_patch16_rope_mixed_224', pretrained=False, depth=1,
+                          img_size=32, qk_norm=True, num_classes=5)
+  with torch.no_grad():
+    for p in net.parameters():
+      p.add_(0.2 * torch.randn_like(p))
+  save_for_hf(net.eval(), str(tmp_path), safe_serialization=True)
+  loaded = loading.load_model(str(tmp_path))
+  attention = loaded.params['Transformer']['encoderblock_0']['MultiHeadDotProductAttention_0']
+  assert loaded.config.qk_norm and {'q_norm', 'k_norm'} <= set(attention)
+  x = np.random.default_rng(1).normal(size=(2, 32, 32, 3)).astype(np.float32)
+  with torch.no_grad():
+    want = net(torch.from_numpy(x.transpose(0, 3, 1, 2).copy())).numpy()
+  got = models.get_model(loaded.config, num_classes=5).apply(
+      {'params': loaded.params}, jnp.asarray(x), train=False)
+  assert np.abs(np.asarray(got) - want).max() < 2e-5 * max(1., np.abs(want).max())

@@ -30,7 +30,8 @@ _ARG_NAMES = {'num_reg_tokens': 'reg_tokens', 'use_abs_pos_emb': None, 'ref_feat
               'rope_reference', 'rope_temperature': 'rope_temperature', 'use_fc_norm': 'fc_norm',
               'use_pre_transformer_norm': 'pre_norm', 'use_post_transformer_norm': 'final_norm'}
 _SIZE_ARGS = ('img_size', 'patch_size', 'embed_dim', 'depth', 'num_heads', 'global_pool',
-              'class_token', 'no_embed_class', 'dynamic_img_size', 'num_classes', 'init_values')
+              'class_token', 'no_embed_class', 'dynamic_img_size', 'num_classes', 'init_values',
+              'qk_norm')
 _NEUTRAL_ARGS = ('mlp_ratio', 'in_chans', 'drop_rate', 'pos_drop_rate', 'patch_drop_rate',
                  'proj_drop_rate', 'attn_drop_rate', 'drop_path_rate', 'head_init_scale',
                  'dynamic_img_pad', 'rope_shift_coords', 'rope_jitter_coords',
