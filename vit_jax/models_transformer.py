@@ -232,15 +232,23 @@ class Encoder(nn.Module):
     if not self.is_mutable_collection('intermediates'):
       x = pad_tokens(x, self.pad_tokens)
     for i in range(self.num_layers):
-      block = Encoder1DBlock(**self.block_fields(i), relative_grid=None if rope else grid,
-                             rope=rope, rope_grid=grid if rope else None,
-                             valid_tokens=num_tokens)
+      block = self.block(i, grid_shape, grid, rope, num_tokens)
       x = self._remat_block(block, x, not train, keep) if remat else block(x, not train, keep)
     x = x[:, :num_tokens]
     if not self.final_norm:
       return x
     return nn.LayerNorm(epsilon=self.layer_norm_eps, param_dtype=self.param_dtype,
                         name='encoder_norm')(x)
+
+  def block(self, i: int, grid_shape: Optional[Tuple[int, int]],
+            attention_grid: Optional[Tuple[int, int]], rope: Optional[str],
+            num_tokens: int) -> nn.Module:
+    """Block `i`: the relative bias or rotary embedding of `attention_grid` in its attention
+    and the padding after `num_tokens` masked (a family's encoder builds its own blocks)."""
+    del grid_shape  # The token grid; the ViT's blocks need only the attention grid.
+    return Encoder1DBlock(**self.block_fields(i), relative_grid=None if rope else attention_grid,
+                          rope=rope, rope_grid=attention_grid if rope else None,
+                          valid_tokens=num_tokens)
 
   def block_fields(self, i: int) -> Dict[str, Any]:
     """The fields block `i` (`encoderblock_{i}`) takes from the encoder; stochastic depth

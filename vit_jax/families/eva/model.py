@@ -130,7 +130,8 @@ class EvaBlock(models_transformer.Encoder1DBlock):
   @nn.compact
   def __call__(self, inputs: Array, deterministic: bool,
                keep: Optional[Array] = None) -> Array:
-    del keep  # The family has no masked pretraining (its record says so).
+    if keep is not None:  # Rotary angles of kept patches are not computed here.
+      raise ValueError('The EVA family has no masked pretraining (keep=...).')
     drop_path = nn.Dropout(rate=self.drop_path_rate, broadcast_dims=(1, 2))
     norm = lambda: nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype,  # noqa: E731
                                 param_dtype=self.param_dtype)
@@ -177,35 +178,21 @@ class EvaBlock(models_transformer.Encoder1DBlock):
 
 
 class EvaEncoder(models_transformer.Encoder):
-  """Prefix tokens, the absolute table (if any), `norm_pre`, `EvaBlock`s named
-  encoderblock_{i}, then `encoder_norm` (unless `final_norm` is off: PE's spatial towers)."""
+  """The ViT's encoder (prefix tokens, the absolute table if any, `norm_pre`, blocks named
+  encoderblock_{i}, `encoder_norm` unless `final_norm` is off: PE's spatial towers) with
+  `EvaBlock`s."""
 
   eva_fields: Any = None  # Dict of `EvaBlock`'s own fields, the same for every block.
 
-  @nn.compact
-  def __call__(self, x: Array, *, train: bool,
-               grid_shape: Optional[Tuple[int, int]] = None,
-               prefix: Optional[Array] = None, keep: Optional[Array] = None) -> Array:
-    if keep is not None:
-      raise ValueError('The EVA family has no masked pretraining (keep=...).')
-    if prefix is not None and not self.no_embed_class:
-      x = jnp.concatenate([prefix, x], axis=1)
-    x = self._add_position_embedding(x, grid_shape)
-    if prefix is not None and self.no_embed_class:
-      x = jnp.concatenate([prefix, x], axis=1)
-    x = nn.Dropout(rate=self.dropout_rate)(x, deterministic=not train)
-    if self.norm_pre:
-      x = nn.LayerNorm(epsilon=self.layer_norm_eps, param_dtype=self.param_dtype,
-                       name='norm_pre')(x)
-    remat = self._rematerialize()
-    for i in range(self.num_layers):
-      block = EvaBlock(**self.block_fields(i), rope_grid=tuple(grid_shape),
-                       **dict(self.eva_fields or {}))
-      x = self._remat_block(block, x, not train, None) if remat else block(x, not train)
-    if not self.final_norm:
-      return x
-    return nn.LayerNorm(epsilon=self.layer_norm_eps, param_dtype=self.param_dtype,
-                        name='encoder_norm')(x)
+  def block(self, i: int, grid_shape: Optional[Tuple[int, int]],
+            attention_grid: Optional[Tuple[int, int]], rope: Optional[str],
+            num_tokens: int) -> nn.Module:
+    """An `EvaBlock`: its rotary embedding spans the token grid itself (the encoder's posemb
+    is only the absolute table, so the ViT's in-attention grid, relative bias and rope are
+    never set here; `pad_tokens` stays 0, so no padding is masked)."""
+    del attention_grid, rope, num_tokens
+    return EvaBlock(**self.block_fields(i), rope_grid=tuple(grid_shape),
+                    **dict(self.eva_fields or {}))
 
 
 class Eva(VisionTransformer):
@@ -287,11 +274,11 @@ class Eva(VisionTransformer):
         no_embed_class=self.no_embed_class, norm_pre=self.norm_pre,
         final_norm=self.final_norm and not self.fc_norm,
         eva_fields=dict(qkv_bias=self.qkv_bias, qk_norm=self.qk_norm,
-                          attention_norm=self.attention_norm, mlp=self.mlp,
-                          mlp_norm=self.mlp_norm, rope_kind=self.rope,
-                          rope_temperature=self.rope_temperature, rope_offset=self.rope_offset,
-                          rope_reference=reference, rope_xy=self.rope_xy,
-                          rope_half=self.rope_half),
+                        attention_norm=self.attention_norm, mlp=self.mlp,
+                        mlp_norm=self.mlp_norm, rope_kind=self.rope,
+                        rope_temperature=self.rope_temperature, rope_offset=self.rope_offset,
+                        rope_reference=reference, rope_xy=self.rope_xy,
+                        rope_half=self.rope_half),
         **self.transformer)(x.reshape(n, h * w, c), train=train, grid_shape=(h, w),
                             prefix=self._prefix_tokens(n, c))
     x = self._pool(x)
