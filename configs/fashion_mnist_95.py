@@ -15,9 +15,12 @@ Its run directory is a checkpoint like any other: `vit_jax.predict --checkpoint=
 labels images with it (tests/test_study.py predicts with a shrunk run).
 Arms (`arch`): hybrid56 (round 2's R+ViT 0.71M at 56px: ResNet root to a 14x14 map, 2x2
 patches, 49 tokens, 4 blocks of width 128), hybrid28 and swin28 (round 3's hybrid and
-Swin-FMNIST_2_7 at 28px, ~0.57M), and resnet18 (ResNet-18, 11.2M parameters: basic blocks
-(2, 2, 2, 2) of widths 64-512 with a 3x3/1 root and no max-pool at 28px; it needs the
-ResNet-18_28px preset, which vit_jax does not have yet, so `arch=resnet18` raises until it does).
+Swin-FMNIST_2_7 at 28px, ~0.57M), and resnet18 (the ResNet-18_28px preset: torchvision's
+ResNet-18 layout, basic units (2, 2, 2, 2) of widths 64-512, with a 3x3/1 root and no max-pool;
+11.17M parameters with 10 classes), here at the 56px a hybrid56 rival reads:
+  python -m vit_jax.main \
+    --config=configs/fashion_mnist_95.py:arch=resnet18,aug=strong,epochs=22,size=56,split=val \
+    --workdir=runs/fmnist95_r18_val
 `aug`: flip (random translation + flips, label smoothing 0.1: the round-2 recipe) or strong
 (flip plus RandAugment(2, 10), Mixup 0.2, and stochastic depth 0.1 where the family has it).
 `epochs`: whole epochs; `seed`: init and data order; `distill=hard|soft` adds DeiT distillation
@@ -30,7 +33,7 @@ stage 1 at 22 epochs): 91.44% test in 98m46s on 2 vCPUs (2026-11-28). The Swin c
 ~3.0 h on 2 vCPUs by round 4's estimate (research/small_data/round4_estimate.py, `full_rate`:
 Swin's measured step at 1% times the strong augmentation's measured cost), not measured; a
 ResNet-18 step would be ~10 s (the ResNet-11's x 23 by XLA's FLOPs), so the whole part (2,686 h
-on 2 vCPUs by the same estimate) is one for an accelerator.
+on 2 vCPUs by the same estimate) and the ResNet-18 command above are for an accelerator.
 `,runlocal` shrinks any arm for a smoke run (config_lib.shrink).
 """
 
@@ -46,7 +49,7 @@ FULL = config_lib.load_config_module(os.path.join(HERE, 'fashion_mnist_full.py')
 STUDY = config_lib.load_config_module(os.path.join(HERE, 'study_fashion_mnist.py'))
 ARCHS = ('hybrid56', 'hybrid28', 'swin28', 'resnet18')
 AUGS = ('flip', 'strong')
-RESNET18 = 'ResNet-18_28px'  # The preset arch=resnet18 needs (not in vit_jax yet).
+RESNET18 = 'ResNet-18_28px'  # arch=resnet18, and the students' teacher.
 VAL_PCT = STUDY.VAL_PCT  # train[90%:] is the validation slice, as in the 1% study.
 DEFAULTS = dict(arch='hybrid56', aug='flip', epochs='22', seed='0', split='all', distill='',
                 lr='', size='')
@@ -76,10 +79,6 @@ def model(arch: str) -> ml_collections.ConfigDict:
   if arch == 'hybrid56':
     return FULL.pretrain_stage().model, 56
   if arch == 'resnet18':
-    if RESNET18 not in presets.MODEL_CONFIGS:
-      raise ValueError(f'arch=resnet18 needs the {RESNET18} preset (ResNet-18: basic blocks '
-                       '(2, 2, 2, 2), widths 64-512, 3x3/1 root, no max-pool; 11.2M params), '
-                       'which vit_jax does not have yet (issue 63); use another arch.')
     return config_lib.with_model(config_lib.get_config(), RESNET18).model, 28
   return STUDY.model_config({'hybrid28': 'hybrid28', 'swin28': 'swin'}[arch]), 28
 
@@ -103,8 +102,9 @@ def get_config(arg: str = '') -> ml_collections.ConfigDict:
       config.model.stochastic_depth = 0.1
   if values['distill']:
     soft = values['distill'] == 'soft'
-    config.distill.update(dict(teacher_model=RESNET18, kind=values['distill'], alpha=0.5,
-                               temperature=4. if soft else 1.))
+    # A runlocal teacher is a shrunk ResNet-18 run: its export's metadata says which.
+    config.distill.update(dict(teacher_model='' if runlocal else RESNET18,
+                               kind=values['distill'], alpha=0.5, temperature=4. if soft else 1.))
     if family in ('vit', 'hybrid'):
       config.model.distilled = True  # DeiT's distillation token; Swin averages on its head.
   if values['lr']:

@@ -48,6 +48,9 @@ OFFICIAL_COUNTS = {
     # whose pre-activation units have 7,680 fewer norm params: 25,549,352).
     'ResNet-50_32px': 25_549_352,
     'ResNet-11_28px': 1_007_880,  # 500,010 with Fashion-MNIST's 10 classes.
+    # torchvision's resnet18 num_params (11,689,512, its docs) with a 3x3 root conv: 7,680 fewer
+    # (11,173,962 with 10 classes, as timm's resnet18 with that root conv, counted 2026-12-02).
+    'ResNet-18_28px': 11_681_832,
     # Swin: timm's count (sum of numel of timm.create_model(pretrained=False) on the meta device,
     # timm 1.0): swin_{tiny,small,base,large}_patch4_window{7_224,12_384}; the small ones are
     # timm's SwinTransformer with their fields at SWIN_SIZES (1000 classes).
@@ -81,20 +84,25 @@ def _dense(fan_in, fan_out):
   return fan_in * fan_out + fan_out
 
 
-def _resnet_count(num_layers, width_factor, root_kernel=7):
-  """Root (conv, no bias, + GroupNorm) and bottleneck units; returns (params, out channels)."""
+def _resnet_count(num_layers, width_factor, root_kernel=7, unit='bottleneck'):
+  """Root (conv, no bias, + GroupNorm) and bottleneck or basic units; returns (params, out
+  channels)."""
   width = int(64 * width_factor)
   count = root_kernel**2 * 3 * width + 2 * width
   cin = width
   for stage, units in enumerate(num_layers):
     f = width * 2**stage
-    for unit in range(units):
-      count += cin * f + 2 * f  # conv1 1x1 + gn1
-      count += 3 * 3 * f * f + 2 * f  # conv2 3x3 + gn2
-      count += f * 4 * f + 2 * 4 * f  # conv3 1x1 + gn3
-      if unit == 0:  # Projection on the first unit of every stage (channels or stride change).
-        count += cin * 4 * f + 2 * 4 * f
-      cin = 4 * f
+    out = 4 * f if unit == 'bottleneck' else f
+    for u in range(units):
+      if unit == 'bottleneck':
+        count += cin * f + 2 * f  # conv1 1x1 + gn1
+        count += 3 * 3 * f * f + 2 * f  # conv2 3x3 + gn2
+        count += f * out + 2 * out  # conv3 1x1 + gn3
+      else:
+        count += 3 * 3 * cin * f + 2 * f + 3 * 3 * f * f + 2 * f  # conv1, gn1, conv2, gn2
+      if cin != out or (stage and u == 0):  # Projection where channels or stride change.
+        count += cin * out + 2 * out
+      cin = out
   return count, cin
 
 
@@ -136,7 +144,8 @@ def expected_mixer_count(config, num_classes, image_size=224):
 
 def expected_resnet_count(config, num_classes, image_size=224):
   del image_size  # Convolutions and global pooling: any input size.
-  count, width = _resnet_count(config.stage_sizes, config.width_factor, config.root_kernel)
+  count, width = _resnet_count(config.stage_sizes, config.width_factor, config.root_kernel,
+                               config.unit)
   return count + _dense(width, num_classes)
 
 

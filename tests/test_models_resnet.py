@@ -130,7 +130,7 @@ def test_resnet_classifier_names_zero_head_and_shapes():
 
 @pytest.mark.parametrize('name,size', [('ResNet-50', 224), ('ResNet-50', 33),
                                        ('ResNet-50_32px', 32), ('ResNet-11_28px', 28),
-                                       ('ResNet-11_28px', 31)])
+                                       ('ResNet-11_28px', 31), ('ResNet-18_28px', 28)])
 def test_token_grid_is_the_last_feature_map(name, size):
   config = models.get_config(name)
 
@@ -140,7 +140,7 @@ def test_token_grid_is_the_last_feature_map(name, size):
       return models_resnet.apply_resnet(
           x, width_factor=config.width_factor, num_layers=config.stage_sizes,
           dtype=jnp.float32, param_dtype=jnp.float32, root_kernel=config.root_kernel,
-          root_stride=config.root_stride, root_pool=config.root_pool)
+          root_stride=config.root_stride, root_pool=config.root_pool, unit=config.unit)
 
   x = jax.ShapeDtypeStruct((1, size, size, 3), jnp.float32)
   out = jax.eval_shape(lambda x: Features().init_with_output(jax.random.key(0), x)[0], x)
@@ -159,6 +159,42 @@ def test_resnet_checkpoint_round_trip_keeps_published_groupnorm_shapes(tmp_path)
   assert jax.tree.structure(loaded) == jax.tree.structure(params)
   for got, want in zip(jax.tree.leaves(loaded), jax.tree.leaves(params)):
     np.testing.assert_array_equal(got, want)
+
+
+def test_resnet18_has_basic_units_that_start_as_the_identity_and_reads_back_by_its_shapes():
+  """ResNet-18_28px: torchvision's resnet18 layout (two 3x3 convs per unit, widths 64-512, a
+  projection only where channels or stride change) at 28px, no max-pool: 28, 28, 14, 7, 4."""
+  from vit_jax.weights import architecture
+  model, params = _resnet_params('ResNet-18_28px', 10, 28)
+  assert sorted(params['block1']['unit1']) == ['conv1', 'conv2', 'gn1', 'gn2']
+  assert sorted(params['block2']['unit1']) == ['conv1', 'conv2', 'conv_proj', 'gn1', 'gn2',
+                                               'gn_proj']
+  assert params['block2']['unit1']['conv1']['kernel'].shape == (3, 3, 64, 128)
+  assert params['block4']['unit2']['conv2']['kernel'].shape == (3, 3, 512, 512)
+  assert params['head']['kernel'].shape == (512, 10)
+  # Zero-init gn2 scale: an unprojected unit passes its (ReLU'd, so >= 0) input through.
+  unit = models_resnet.BasicUnit(64)
+  x = jax.nn.relu(_random((2, 7, 7, 64)))
+  np.testing.assert_allclose(unit.apply(unit.init(jax.random.key(0), x), x), x, atol=1e-6)
+  found = architecture.architecture(params)
+  assert found.model_name == 'ResNet-18_28px' and not found.assumed
+  assert (found.config.unit, found.config.root_pool) == ('basic', False)
+  logits = models.get_model(found.config, num_classes=10).apply(
+      {'params': _random_params(params)}, _random((2, 28, 28, 3)), train=False)
+  assert logits.shape == (2, 10)
+  # Basic units in stages no preset has: a name that says so, the root's pooling assumed.
+  _, other = _resnet_params(dict(models.get_config('ResNet-18_28px'), stage_sizes=(1, 1)), 10,
+                            28)
+  found = architecture.architecture(other)
+  assert found.model_name == 'ResNet-custom-basic-1-1-w1-root3', found.model_name
+  # Compared with a bottleneck ResNet, the unit is the difference named first; a config written
+  # before `unit` existed is a bottleneck one.
+  old = {k: v for k, v in models.get_config('ResNet-11_28px').items() if k != 'unit'}
+  assert architecture.first_difference(found.config, old, 'ResNet-11_28px') == (
+      'ResNet unit basic in the file, bottleneck in ResNet-11_28px')
+  assert architecture.first_difference(models.get_config('ResNet-11_28px'), old, 'x') is None
+  with pytest.raises(ValueError, match="Unknown ResNet unit='wide'; use one of bottleneck, basic"):
+    _resnet_params(dict(models.get_config('ResNet-18_28px'), unit='wide'), 10, 28)
 
 
 def test_hybrid_root_is_unchanged_by_the_resnet_options():

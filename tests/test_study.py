@@ -35,7 +35,6 @@ from test_fashion_mnist import write_idx_gz
 from vit_jax.data import fashion_mnist
 from vit_jax.tools import flops
 from vit_jax import config_lib
-from vit_jax import presets
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STUDY_CONFIG_FILE = os.path.join(ROOT, 'configs', 'study_fashion_mnist.py')
@@ -1290,22 +1289,30 @@ def test_round4_estimate_adds_its_stages_from_the_rates():
 
 
 def test_the_full_data_recipe_trains_and_predict_reads_its_run(tmp_path):
-  """configs/fashion_mnist_95.py shrunk (mocked TFDS): its run directory is a checkpoint that
-  `vit_jax.predict` labels images with; `arch=resnet18` says what it waits for."""
+  """configs/fashion_mnist_95.py shrunk (mocked TFDS): a ResNet-18 run teaches a Swin student
+  (the full part's DeiT arm), whose run directory is a checkpoint that `vit_jax.predict` labels
+  images with; `arch=resnet18` is the ResNet-18_28px preset."""
   config = config_lib.load_config_module(os.path.join(ROOT, 'configs', 'fashion_mnist_95.py'))
   full = config_lib.load_config_module(os.path.join(ROOT, 'configs', 'fashion_mnist_full.py'))
   assert config.get_config('').to_dict() == dict(
       full.get_config('pretrain').to_dict(), num_epochs=22.)  # Round 3's r3_full_e22.
-  if 'ResNet-18_28px' not in presets.MODEL_CONFIGS:
-    with pytest.raises(ValueError, match='needs the ResNet-18_28px preset'):
-      config.get_config('arch=resnet18')
+  r18 = config.get_config('arch=resnet18,aug=strong,size=56')
+  assert (r18.model.model_name, r18.model.unit, r18.pp.crop) == ('ResNet-18_28px', 'basic', 56)
+  assert (r18.mixup, 'stochastic_depth' in r18.model) == (0.2, False)  # No drop path in it.
   env = dict(os.environ, JAX_PLATFORMS='cpu', VIT_JAX_HUGEPAGES='0',
              PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get('PYTHONPATH')])))
-  run_dir = tmp_path / 'run'
-  subprocess.run([sys.executable, os.path.join(ROOT, 'tests', 'mocked_run.py'), 'vit_jax.main',
-                  '--config=configs/fashion_mnist_95.py:arch=swin28,aug=strong,epochs=1,'
-                  'split=val,runlocal', f'--workdir={run_dir}'],
-                 cwd=ROOT, env=env, check=True, capture_output=True, timeout=600)
+  run_dir, teacher = tmp_path / 'run', tmp_path / 'resnet18'
+  # The full part's last stage, shrunk: a ResNet-18 run, then a Swin student distilled from it.
+  for arg, workdir, extra in (
+      ('arch=resnet18,aug=strong,size=56', teacher, []),
+      ('arch=swin28,aug=strong,distill=hard', run_dir,
+       [f'--config.distill.teacher_path={teacher}/params.npz'])):
+    subprocess.run([sys.executable, os.path.join(ROOT, 'tests', 'mocked_run.py'), 'vit_jax.main',
+                    f'--config=configs/fashion_mnist_95.py:{arg},epochs=1,split=val,runlocal',
+                    f'--workdir={workdir}'] + extra,
+                   cwd=ROOT, env=env, check=True, capture_output=True, timeout=600)
+  with open(teacher / 'metadata.json') as f:
+    assert json.load(f)['model']['unit'] == 'basic'
   image = tmp_path / 'shoe.png'
   Image.fromarray(np.zeros((28, 28, 3), np.uint8)).save(image)
   out = subprocess.run([sys.executable, '-m', 'vit_jax.predict', f'--checkpoint={run_dir}',

@@ -118,7 +118,9 @@ def get_config() -> ml_collections.ConfigDict:
   # Distillation from a fixed teacher npz (vit_jax/distill.py); teacher_path '' = off.
   c.distill = ml_collections.ConfigDict()
   c.distill.teacher_path = ''  # Teacher .npz (local, gs:// or https://), e.g. a ResNet's export.
-  c.distill.teacher_model = ''  # The teacher's preset name (e.g. 'ResNet-11_28px') or model .py.
+  # The teacher's preset name (e.g. 'ResNet-11_28px') or model .py; '' takes the model a
+  # vit_jax run's export describes (its metadata.json), and refuses a file that does not.
+  c.distill.teacher_model = ''
   c.distill.kind = 'hard'  # 'hard' (DeiT: teacher argmax as a 2nd target) or 'soft' (KL at tau).
   c.distill.alpha = 0.5  # Weight of the teacher term; 1 - alpha for the true labels (DeiT: 0.5).
   c.distill.temperature = 1.  # Soft distillation's tau (the KL term is scaled by tau^2).

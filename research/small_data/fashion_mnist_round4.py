@@ -31,8 +31,8 @@ without a `dist` token into a model with one). Every finished run's encoder also
 shot linear accuracy (round 3's `FEWSHOT`).
 
 `full` (100%; not in the default parts: on 2 vCPUs it is hundreds of hours, round4_estimate.py,
-and it needs a ResNet-18 preset vit_jax does not have yet): configs/fashion_mnist_95.py's arms
-`full_archs` x `full_augs` at the first of `full_epochs` on train[:90%], the best one on
+an accelerator's part; its ResNet-18 is the ResNet-18_28px preset): configs/fashion_mnist_95.py's
+arms `full_archs` x `full_augs` at the first of `full_epochs` on train[:90%], the best one on
 validation at the other epoch counts, the best count on validation; ResNet-18 at the same
 augmentation and input size, its epochs chosen the same way; then `seeds` seeds of each on all
 of train (their test accuracies read once), and the chosen ViT-family recipe distilled from the

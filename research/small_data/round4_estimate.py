@@ -28,7 +28,9 @@ FEWSHOT_S = 30.
 # ResNet-18 (basic blocks (2, 2, 2, 2), widths 64-512, GroupNorm + weight standardisation, 3x3/1
 # root, no max-pool) at 28px: 11,173,962 parameters and 863,107,712 forward FLOPs per image by
 # XLA's cost analysis of the compiled forward pass (an inline Flax model of that layout,
-# 2026-11-29; vit_jax has no such preset yet). The ResNet-11_28px's count is in the records.
+# 2026-11-29, before the preset). The ResNet-18_28px preset (2026-12-02) counts 773,930,624 the
+# same way: kept as written, this estimate is an upper bound. The ResNet-11_28px's count is in
+# the records.
 RESNET18_FLOPS = 863_107_712
 TRAIN_IMAGES, VAL_IMAGES = 60_000, 6_000
 HOURS = 3600.

@@ -28,7 +28,7 @@ class Distill:
 
   Attributes:
     teacher_path: the teacher checkpoint; '' = no distillation.
-    teacher_model: the teacher's preset name or model .py file.
+    teacher_model: the teacher's preset name or model .py file; '' = what its run's export says.
     kind: 'hard' (DeiT: the teacher's argmax as a second target) or 'soft' (KL at temperature).
     alpha: the weight of the teacher's term (1 - alpha: the true labels').
     temperature: soft distillation's tau.
@@ -115,9 +115,6 @@ def validate(settings: Distill) -> None:
                      'the teacher term; 0.5 averages it with the true-label loss as in DeiT).')
   if settings.temperature <= 0.:
     raise ValueError(f'distill.temperature={settings.temperature} must be positive.')
-  if not settings.teacher_model:
-    raise ValueError('distill.teacher_path is set but distill.teacher_model is empty; set it '
-                     'to the teacher\'s preset name (e.g. ResNet-11_28px) or model .py file.')
 
 
 def load_teacher(settings: Distill, num_classes: int, crop: int,
@@ -125,7 +122,11 @@ def load_teacher(settings: Distill, num_classes: int, crop: int,
   """The teacher of `settings` fitted to `crop` inputs, or None when not distilling."""
   if not settings.teacher_path:
     return None
-  loaded = loading.load_model(settings.teacher_path, settings.teacher_model, crop)
+  loaded = loading.load_model(settings.teacher_path, settings.teacher_model or None, crop)
+  if not settings.teacher_model and loaded.assumed:  # Declared by its run, or by the config.
+    raise ValueError(f'distill.teacher_model is empty and {settings.teacher_path} does not say '
+                     f'{"; ".join(loaded.assumed)}; set distill.teacher_model to the teacher\'s '
+                     'preset name (e.g. ResNet-11_28px) or model .py file.')
   if loaded.num_classes != num_classes:
     raise ValueError(f'The teacher {settings.teacher_path} has {loaded.num_classes} '
                      f'classes and the dataset {num_classes}; distil from a teacher trained on '

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from vit_jax import ops
+from vit_jax.families.resnet.presets import UNITS
 
 Dtype = Any
 
@@ -78,12 +79,43 @@ class ResidualUnit(nn.Module):
     return nn.relu(residual + y)
 
 
+class BasicUnit(nn.Module):
+  """Basic unit (3x3 → 3x3, no expansion: ResNet-18/34's) with the bottleneck unit's norms,
+  names and rules: GroupNorm after each conv, a projection where channels or stride change,
+  zero-init last GroupNorm scale, ReLU after the residual sum."""
+
+  features: int
+  strides: Sequence[int] = (1, 1)
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
+    conv = lambda k, s, name: StdConv(  # noqa: E731
+        self.features, k, s, dtype=self.dtype, param_dtype=self.param_dtype, name=name)
+    norm = lambda name, **kw: ops.GroupNorm(  # noqa: E731
+        dtype=self.dtype, param_dtype=self.param_dtype, name=name, **kw)
+    residual = x
+    if x.shape[-1] != self.features or tuple(self.strides) != (1, 1):
+      residual = norm('gn_proj')(conv((1, 1), self.strides, 'conv_proj')(x))
+    y = nn.relu(norm('gn1')(conv((3, 3), self.strides, 'conv1')(x)))
+    y = norm('gn2', scale_init=nn.initializers.zeros)(conv((3, 3), (1, 1), 'conv2')(y))
+    return nn.relu(residual + y)
+
+
+# The module of each kind of unit (`presets.UNITS`); the output width is `features` times
+# `expansion`.
+UNIT_MODULES = {'bottleneck': ResidualUnit, 'basic': BasicUnit}
+EXPANSION = {'bottleneck': 4, 'basic': 1}
+
+
 class ResNetStage(nn.Module):
-  """`block_size` bottleneck units named unit1..unitN; only the first one strides."""
+  """`block_size` units of kind `unit` named unit1..unitN; only the first one strides."""
 
   block_size: int
   nout: int
   first_stride: Sequence[int]
+  unit: str = UNITS[0]
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
@@ -91,14 +123,14 @@ class ResNetStage(nn.Module):
   def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
     for i in range(self.block_size):
       strides = self.first_stride if i == 0 else (1, 1)
-      x = ResidualUnit(self.nout, strides=strides, dtype=self.dtype,
-                       param_dtype=self.param_dtype, name=f'unit{i + 1}')(x)
+      x = UNIT_MODULES[self.unit](self.nout, strides=strides, dtype=self.dtype,
+                                  param_dtype=self.param_dtype, name=f'unit{i + 1}')(x)
     return x
 
 
 def apply_resnet(x: jnp.ndarray, *, width_factor: float, num_layers: Sequence[int],
                  dtype: Dtype, param_dtype: Dtype, root_kernel: int = 7, root_stride: int = 2,
-                 root_pool: bool = True) -> jnp.ndarray:
+                 root_pool: bool = True, unit: str = UNITS[0]) -> jnp.ndarray:
   """Runs the hybrid ResNet in the calling module's compact scope (conv_root, gn_root, blockN).
 
   Called from `VisionTransformer.__call__` so the names sit at the top of the param tree, as in
@@ -106,8 +138,11 @@ def apply_resnet(x: jnp.ndarray, *, width_factor: float, num_layers: Sequence[in
 
   Downsampling: 4x in the root (7x7/2 conv, 3x3/2 max-pool), then 2x per stage after the first,
   so (3, 4, 9) → 16x. The `root_*` arguments give small-image roots (`ResNet` presets for 28-32px
-  inputs); the defaults are the official root, which the hybrids always use.
+  inputs) and `unit` the basic units of ResNet-18; the defaults are the official root and its
+  bottleneck units, which the hybrids always use.
   """
+  if unit not in UNIT_MODULES:
+    raise ValueError(f'Unknown ResNet unit={unit!r}; use one of {", ".join(UNITS)}.')
   width = int(64 * width_factor)
   root_conv = StdConvAsMatmul if jax.default_backend() == 'cpu' else StdConv
   x = root_conv(width, (root_kernel,) * 2, (root_stride,) * 2, dtype=dtype,
@@ -118,7 +153,7 @@ def apply_resnet(x: jnp.ndarray, *, width_factor: float, num_layers: Sequence[in
     x = ops.max_pool_same(x, window=3, stride=2)
   for i, block_size in enumerate(num_layers):
     x = ResNetStage(block_size=block_size, nout=width * 2**i,
-                    first_stride=(1, 1) if i == 0 else (2, 2), dtype=dtype,
+                    first_stride=(1, 1) if i == 0 else (2, 2), unit=unit, dtype=dtype,
                     param_dtype=param_dtype, name=f'block{i + 1}')(x)
   return x
 
@@ -127,11 +162,12 @@ class ResNet(nn.Module):
   """A ResNet classifier: the hybrids' ResNet, global average pooling and a zero-init `head`.
 
   Layout: the official ViT hybrid's units (conv → GroupNorm → ReLU, weight-standardised convs,
-  ReLU after the residual sum, zero-init `gn3` scale), i.e. ResNet-v1.5 with GN + WS, not BiT's
-  pre-activation (v2) units. Each unit ends normalised and activated, so no norm before the
-  pool is needed, and the params are named as in the hybrid files (conv_root, gn_root,
-  block{s}/unit{u}/..., head). Its norms sit where torchvision's ResNet-50 has BatchNorms (same
-  parameter count); BiT-R50x1 has the same conv and head weights but 7,680 fewer norm params.
+  ReLU after the residual sum, zero-init scale of the unit's last GroupNorm), i.e. ResNet-v1.5
+  with GN + WS, not BiT's pre-activation (v2) units. Each unit ends normalised and activated,
+  so no norm before the pool is needed, and the params are named as in the hybrid files
+  (conv_root, gn_root, block{s}/unit{u}/..., head). Its norms sit where torchvision's ResNets
+  have BatchNorms (same parameter count); BiT-R50x1 has the same conv and head weights but
+  7,680 fewer norm params.
 
   Attributes:
     num_classes: outputs of the zero-initialised `head`; 0 or None for pooled features.
@@ -141,6 +177,8 @@ class ResNet(nn.Module):
     root_kernel: side of the root conv (7 for 224px, 3 for 28-32px inputs).
     root_stride: stride of the root conv (2 for 224px, 1 for small inputs).
     root_pool: the 3x3/2 max-pool after the root conv.
+    unit: 'bottleneck' (1x1 → 3x3 → 1x1, 4x wider out: ResNet-50) or 'basic' (3x3 → 3x3:
+      ResNet-18); a basic unit's convs are named conv1, conv2 (+ conv_proj) with their gn*.
     head_bias_init: constant for the head bias.
     dtype: compute dtype; params stay in `param_dtype`.
   """
@@ -151,6 +189,7 @@ class ResNet(nn.Module):
   root_kernel: int = 7
   root_stride: int = 2
   root_pool: bool = True
+  unit: str = UNITS[0]
   head_bias_init: float = 0.
   model_name: Optional[str] = None
   family: str = 'resnet'  # What `presets.family_of` reads (not used by the model).
@@ -163,7 +202,8 @@ class ResNet(nn.Module):
     x = apply_resnet(inputs.astype(self.dtype), width_factor=self.width_factor,
                      num_layers=self.stage_sizes, dtype=self.dtype,
                      param_dtype=self.param_dtype, root_kernel=self.root_kernel,
-                     root_stride=self.root_stride, root_pool=self.root_pool)
+                     root_stride=self.root_stride, root_pool=self.root_pool,
+                     unit=self.unit)
     x = jnp.mean(x, axis=(1, 2))
     if self.num_classes:
       x = nn.Dense(self.num_classes, kernel_init=nn.initializers.zeros,

@@ -4,6 +4,7 @@ hybrid's root (`families/vit/shapes.py`)."""
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from vit_jax import presets
+from vit_jax.families.resnet.presets import UNITS
 from vit_jax.weights import shape_readers
 from vit_jax.weights.shape_readers import Match
 
@@ -20,11 +21,22 @@ def root_fields(tree: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
   return dict(num_layers=units, width_factor=int(factor) if factor == int(factor) else factor)
 
 
+def _unit(tree: Mapping[str, Any]) -> str:
+  """A bottleneck unit has a third conv (its 1x1 expansion); a basic unit (ResNet-18) two."""
+  return UNITS[0] if 'conv3' in tree['block1']['unit1'] else 'basic'
+
+
 def _resnet_classifier_fields(tree: Mapping[str, Any]) -> Dict[str, Any]:
-  """Stage sizes, width and root kernel of a ResNet classifier (`models_resnet.ResNet`)."""
+  """Stage sizes, width, root kernel and unit of a ResNet classifier (`models_resnet.ResNet`)."""
   stem = root_fields(tree)  # The same root and units as a hybrid's stem.
   return dict(family='resnet', stage_sizes=stem['num_layers'], width_factor=stem['width_factor'],
-              root_kernel=tree['conv_root']['kernel'][0])
+              root_kernel=tree['conv_root']['kernel'][0], unit=_unit(tree))
+
+
+def _complete(config: Mapping[str, Any]) -> Dict[str, Any]:
+  """A ResNet config written before `unit` existed (run metadata up to 2026-12-01) is a
+  bottleneck ResNet."""
+  return {'unit': UNITS[0], **shape_readers.plain_config(config)}
 
 
 def _resnet_config(fields: Dict[str, Any], name: Optional[str]) -> Tuple[Dict[str, Any], list]:
@@ -38,13 +50,15 @@ def _resnet_config(fields: Dict[str, Any], name: Optional[str]) -> Tuple[Dict[st
 
 
 def _resnet_compared(config: Mapping[str, Any]) -> Tuple[Tuple[str, Any], ...]:
-  return (('ResNet units per stage', tuple(config['stage_sizes'])),
+  return (('ResNet unit', config['unit']),
+          ('ResNet units per stage', tuple(config['stage_sizes'])),
           ('ResNet width factor', config['width_factor']), ('root kernel', config['root_kernel']))
 
 
 def _resnet_name(fields: Mapping[str, Any]) -> str:
   sizes = '-'.join(map(str, fields['stage_sizes']))
-  return f'ResNet-custom-{sizes}-w{fields["width_factor"]:g}-root{fields["root_kernel"]}'
+  unit = '' if fields['unit'] == UNITS[0] else f'-{fields["unit"]}'
+  return f'ResNet-custom{unit}-{sizes}-w{fields["width_factor"]:g}-root{fields["root_kernel"]}'
 
 
 def _read_resnet(tree: Mapping[str, Any], match: Match) -> Tuple[Dict[str, Any], Any, list]:
@@ -55,4 +69,4 @@ def _read_resnet(tree: Mapping[str, Any], match: Match) -> Tuple[Dict[str, Any],
 
 READER = shape_readers.ShapeReader('conv_root/ without embedding/',
                             lambda t: 'conv_root' in t and 'embedding' not in t, _read_resnet,
-                            _resnet_compared, _resnet_name)
+                            _resnet_compared, _resnet_name, complete=_complete)
