@@ -424,6 +424,33 @@ def test_the_runner_command_lists_its_flags_and_fails_in_one_line():
   assert proc.returncode == 1 and proc.stderr.strip().startswith("error: Grid file '"), proc.stderr
 
 
+RECORD_AFTER_LOAD_CODE = r"""
+import json, sys
+from research.small_data import records
+from vit_jax import config_lib
+records.load_code()
+study = config_lib.load_config_module('configs/study_fashion_mnist.py')
+before = {m for m in sys.modules if m.startswith('vit_jax')}
+for name in ('vit', 'hybrid28', 'swin', 'resnet'):  # Every family the grids train.
+  model = json.loads(study.model_config(name).to_json())
+  assert records.forward_flops(dict(model=model, image_size=28, num_classes=10))[0] > 0
+records.val_curve(sys.argv[1])
+records.teacher_metadata('--config.distill.teacher_path=' + sys.argv[1] + '/params.npz')
+print(sorted({m for m in sys.modules if m.startswith('vit_jax')} - before))
+"""
+
+
+def test_a_runner_imports_what_recording_needs_when_it_starts(tmp_path):
+  """A runner that outlived a code change once failed at record time (a module imported after
+  the change beside ones imported before it): `records.load_code` at its start leaves nothing of
+  vit_jax for recording a run to import later."""
+  proc = subprocess.run([sys.executable, '-c', RECORD_AFTER_LOAD_CODE, str(tmp_path)], cwd=ROOT,
+                        env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=ROOT),
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stdout.strip() == '[]', proc.stdout
+
+
 def test_a_table_baseline_is_one_row_or_a_row_per_row():
   one = grid_lib.Table('t', 'T', row='model', col='pct', baseline='cnn')
   per_row = grid_lib.Table('t', 'T', row='init', col='pct', baseline={'vit ft': 'vit', 'x': 'y'})

@@ -113,6 +113,8 @@ def main(argv: Sequence[str]) -> int:
   try:
     grid = grid_lib.load_grid(_GRID.value)
     results = _RESULTS.value or os.path.join(cli.OUT.value, records.RESULTS_FILE)
+    if not _REPORT.value:
+      records.load_code()  # One version of the code for the whole call (see its docstring).
     failed = [] if _REPORT.value else runner.run_grid(grid, cli.OUT.value, results=results)
     path = write_report(grid, results)
   except ValueError as e:

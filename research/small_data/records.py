@@ -107,6 +107,26 @@ def end_attempt(workdir: str, wall_s: float, returncode: int) -> None:
   _write_state(workdir, state)
 
 
+def load_code() -> None:
+  """Imports now what recording a finished run will need (the FLOPs counter with every family's
+  model, shape reader and counter, the metadata and curve readers), which are otherwise
+  imported when the first run finishes.
+
+  The runner calls it at its start, so it holds one version of the code: a change on disk while
+  it runs (a commit, a checkout) takes effect at its next start instead of mixing a module it
+  imported before the change with one imported after (a name missing at record time). Each run
+  is a subprocess of its own and starts on the code on disk then.
+  """
+  from vit_jax import families
+  from vit_jax.tools import flops  # noqa: F401
+  from vit_jax.training import plotting  # noqa: F401
+  from vit_jax.weights import metadata  # noqa: F401
+  for record in families.FAMILIES.values():
+    for dotted in (record.module, record.shape_reader, record.flops):
+      if dotted:
+        families.resolve(dotted)
+
+
 TRAIN_FLOPS_FACTOR = 3  # A training step ≈ forward + backward (2x forward) per image.
 
 
