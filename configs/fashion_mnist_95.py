@@ -31,9 +31,12 @@ Expected: not measured in this form. The defaults (hybrid56, flip, 22 epochs, se
 round 3's `r3_full_e22` (the same model, data and schedule as configs/fashion_mnist_full.py's
 stage 1 at 22 epochs): 91.44% test in 98m46s on 2 vCPUs (2026-11-28). The Swin command above is
 ~3.0 h on 2 vCPUs by round 4's estimate (research/small_data/round4_estimate.py, `full_rate`:
-Swin's measured step at 1% times the strong augmentation's measured cost), not measured; a
-ResNet-18 step would be ~10 s (the ResNet-11's x 23 by XLA's FLOPs), so the whole part (2,686 h
-on 2 vCPUs by the same estimate) and the ResNet-18 command above are for an accelerator.
+Swin's measured step at 1% times the strong augmentation's measured cost), not measured. A
+ResNet-18 step (batch 128, 28px, flip) measured 3.6 s on 2 vCPUs (36 img/s; 2026-12-02, 12
+steps, `--config.total_steps=12`, beside a run at nice 19), against the estimate's ~10 s (the
+ResNet-11's x 23 by XLA's FLOPs): ~25 min an epoch at 28px, so the whole part (2,686 h on
+2 vCPUs by the estimate, an upper bound) and the ResNet-18 command above are for an
+accelerator.
 `,runlocal` shrinks any arm for a smoke run (config_lib.shrink).
 """
 
