@@ -252,44 +252,28 @@ class Eva(VisionTransformer):
       raise ValueError('rope=centered spans [-1, 1] on any grid: rope_reference must be None.')
     if self.distilled or self.representation_size is not None or self.resnet is not None:
       raise ValueError('The EVA family has no distillation token, pre_logits or ResNet root.')
+    if self.pad_tokens or self.transformer is None:
+      raise ValueError('The EVA family needs its transformer and pads no tokens (pad_tokens=0: '
+                       'its blocks mask no padding).')
     super().__post_init__()
 
-  @nn.compact
   def __call__(self, inputs: Array, *, train: bool, corrupt: Any = None,
                keep: Optional[Array] = None) -> Array:
-    """Logits (or pooled features without a head) of NHWC `inputs`."""
+    """Logits (or pooled features without a head) of NHWC `inputs`: the ViT's path (patch
+    embedding, prefix tokens, encoder, pooling, fc_norm, head) with `EvaEncoder`."""
     if corrupt is not None or keep is not None:
       raise ValueError('The EVA family has no masked pretraining (corrupt=..., keep=...).')
-    patch = tuple(self.patches['size'])
-    x = inputs.astype(self.dtype)
-    x = nn.Conv(self.hidden_size, patch, strides=patch, padding='VALID', dtype=self.dtype,
-                param_dtype=self.param_dtype, use_bias=self.patch_bias, name='embedding')(x)
-    n, h, w, c = x.shape
+    return super().__call__(inputs, train=train)
+
+  def _encoder(self) -> nn.Module:
     reference = None if self.rope_reference is None else tuple(self.rope_reference)
-    x = EvaEncoder(
-        name='Transformer', posemb=self.posemb, stochastic_depth=self.stochastic_depth,
-        remat=self.remat, attention_impl=self.attention_impl, dtype=self.dtype,
-        param_dtype=self.param_dtype, activation=self.activation,
-        layer_norm_eps=self.layer_norm_eps, layer_scale=self.layer_scale,
-        no_embed_class=self.no_embed_class, norm_pre=self.norm_pre,
-        final_norm=self.final_norm and not self.fc_norm,
-        eva_fields=dict(qkv_bias=self.qkv_bias, qk_norm=self.qk_norm,
-                        attention_norm=self.attention_norm, mlp=self.mlp,
-                        mlp_norm=self.mlp_norm, rope_kind=self.rope,
-                        rope_temperature=self.rope_temperature, rope_offset=self.rope_offset,
-                        rope_reference=reference, rope_xy=self.rope_xy,
-                        rope_half=self.rope_half),
-        **self.transformer)(x.reshape(n, h * w, c), train=train, grid_shape=(h, w),
-                            prefix=self._prefix_tokens(n, c))
-    x = self._pool(x)
-    if self.fc_norm:
-      x = nn.LayerNorm(epsilon=self.layer_norm_eps, param_dtype=self.param_dtype,
-                       name='fc_norm')(x)
-    x = self.sow_features('pre_logits_input', x)
-    x = self.sow_features('pre_logits', x)
-    if self.num_classes:
-      x = self._head('head')(x)
-    return x.astype(jnp.float32)
+    eva_fields = dict(qkv_bias=self.qkv_bias, qk_norm=self.qk_norm,
+                      attention_norm=self.attention_norm, mlp=self.mlp, mlp_norm=self.mlp_norm,
+                      rope_kind=self.rope, rope_temperature=self.rope_temperature,
+                      rope_offset=self.rope_offset, rope_reference=reference,
+                      rope_xy=self.rope_xy, rope_half=self.rope_half)
+    fields = dict(self._encoder_fields(), final_norm=self.final_norm and not self.fc_norm)
+    return EvaEncoder(name='Transformer', eva_fields=eva_fields, **fields)
 
   def _pool(self, x: Array) -> Array:
     if self.classifier not in ('map', 'token_map'):

@@ -7,7 +7,7 @@ outside the position embedding, norm_pre, fc_norm, a MAP head, a bias-free patch
 are off by default.
 """
 
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -140,16 +140,8 @@ class VisionTransformer(nn.Module):
       x = x.reshape(n, h * w, c)
       if corrupt is not None:  # Masked patch prediction: before the position embeddings.
         x = corrupt(x)
-      x = models_transformer.Encoder(name='Transformer', posemb=self.posemb,
-                  stochastic_depth=self.stochastic_depth, remat=self.remat,
-                  attention_impl=self.attention_impl, pad_tokens=self.pad_tokens,
-                  dtype=self.dtype,
-                  param_dtype=self.param_dtype, activation=self.activation,
-                  layer_norm_eps=self.layer_norm_eps, layer_scale=self.layer_scale,
-                  no_embed_class=self.no_embed_class, norm_pre=self.norm_pre,
-                  final_norm=not self.fc_norm, **self.transformer)(
-                      x, train=train, grid_shape=(h, w), prefix=self._prefix_tokens(n, c),
-                      keep=keep)
+      x = self._encoder()(x, train=train, grid_shape=(h, w),
+                          prefix=self._prefix_tokens(n, c), keep=keep)
     x = self._pool(x)
     if self.fc_norm:
       x = nn.LayerNorm(epsilon=self.layer_norm_eps, param_dtype=self.param_dtype,
@@ -164,6 +156,19 @@ class VisionTransformer(nn.Module):
     if self.num_classes:
       x = self._head('head')(x)
     return x.astype(jnp.float32)
+
+  def _encoder(self) -> nn.Module:
+    """The encoder the blocks run in; a family with blocks of its own (EVA) builds its
+    encoder subclass here from the same fields."""
+    return models_transformer.Encoder(name='Transformer', **self._encoder_fields())
+
+  def _encoder_fields(self) -> Dict[str, Any]:
+    return dict(posemb=self.posemb, stochastic_depth=self.stochastic_depth, remat=self.remat,
+                attention_impl=self.attention_impl, pad_tokens=self.pad_tokens,
+                dtype=self.dtype, param_dtype=self.param_dtype, activation=self.activation,
+                layer_norm_eps=self.layer_norm_eps, layer_scale=self.layer_scale,
+                no_embed_class=self.no_embed_class, norm_pre=self.norm_pre,
+                final_norm=not self.fc_norm, **self.transformer)
 
   def _head(self, name: str) -> nn.Dense:
     return nn.Dense(self.num_classes, kernel_init=nn.initializers.zeros,
