@@ -15,6 +15,8 @@ from vit_jax import input_pipeline
 from vit_jax.training import settings
 from vit_jax.data import folder_source
 from vit_jax.data import image_ops
+from vit_jax.data import image_check
+from vit_jax.data import image_files
 
 CLASSES = ('cat', 'dog', 'fox')
 
@@ -331,7 +333,7 @@ def test_files_with_trailers_or_padding_are_read_and_truncated_ones_are_not():
   for make in TRUNCATED.values():
     with pytest.raises(tf.errors.InvalidArgumentError):
       tf.io.decode_image(make(0))
-  check = tf.function(image_ops.readable)
+  check = tf.function(image_check.readable)
   for name, make in {**WHOLE, **TRUNCATED}.items():
     assert bool(check(tf.constant(make(0)), tf.constant(name))) == (name in WHOLE), name
 
@@ -351,7 +353,7 @@ OTHER_TRUNCATED = {
 
 
 def test_webp_and_bmp_content_is_read_and_truncated_ones_are_not():
-  check = tf.function(image_ops.readable)
+  check = tf.function(image_check.readable)
   for name, make in {**OTHER_WHOLE, **OTHER_TRUNCATED}.items():
     data = make(0)
     try:
@@ -428,7 +430,7 @@ def test_hidden_files_are_skipped_and_nested_images_belong_to_their_class(tmp_pa
 
 def test_predict_on_a_folder_skips_hidden_files_and_reads_sub_folders(tmp_path):
   root = write_jupyter_folder(tmp_path)
-  found = [os.path.relpath(p, root) for p in image_ops.list_images([os.path.join(root, 'train')])]
+  found = [os.path.relpath(p, root) for p in image_files.list_images([os.path.join(root, 'train')])]
   assert found == ['train/cat/2024/b.png', 'train/cat/2024/x/c.png', 'train/cat/a.png',
                    'train/dog/a.png', 'train/dog/b.png']
 
@@ -447,7 +449,7 @@ def test_an_empty_class_folder_is_one_line_naming_it(tmp_path, split):
   assert 'delete the folder' in message and '\n' not in message
 
 
-# Every format in the one list (image_ops.IMAGE_EXTENSIONS): TF decodes the first five, Pillow
+# Every format in the one list (image_files.IMAGE_EXTENSIONS): TF decodes the first five, Pillow
 # TIFF; training, evaluation and predict read each file alike.
 FORMATS = {'jpg': 'JPEG', 'jpeg': 'JPEG', 'png': 'PNG', 'gif': 'GIF', 'bmp': 'BMP',
            'webp': 'WEBP', 'tif': 'TIFF', 'TIFF': 'TIFF'}
@@ -463,7 +465,7 @@ def test_every_image_format_is_trained_on_and_evaluated_as_predict_reads_it(tmp_
           f.write(encoded(fmt, 100 * c + i, (9, 7)))
   (tmp_path / 'train' / 'cat' / 'notes.txt').write_text('not an image')
   config = make_config(root, pp=dict(train_aug='none'))
-  assert set(image_ops.IMAGE_EXTENSIONS) == {f'.{e.lower()}' for e in FORMATS}
+  assert set(image_files.IMAGE_EXTENSIONS) == {f'.{e.lower()}' for e in FORMATS}
   with caplog.at_level('WARNING'):
     info = input_pipeline.get_dataset_info(settings.data(config))
   assert (info.num_train_examples, info.num_test_examples) == (16, 16)
@@ -522,6 +524,6 @@ def test_a_symlink_back_into_the_dataset_is_not_followed(tmp_path, caplog):
   [line] = [r.getMessage() for r in caplog.records if 'symlink' in r.getMessage()]
   assert 'not follow 2 symlinked folder' in line
   assert os.path.join(root, 'train', 'cat', 'up') in line
-  found = image_ops.list_images([os.path.join(root, 'train')])  # predict's tree: train/ only.
+  found = image_files.list_images([os.path.join(root, 'train')])  # predict's tree: train/ only.
   assert (sorted(os.path.relpath(p, root) for p in found)
           == sorted(listed + ['train/dog/more/a.png']))

@@ -33,6 +33,7 @@ from absl import logging
 from vit_jax.data import augment
 from vit_jax.data import folder_source
 from vit_jax.data import image_ops
+from vit_jax.data import image_check
 from vit_jax.data import sources
 from vit_jax.data import stream
 
@@ -298,7 +299,7 @@ def get_eval_data(data: Data, spec: Optional[str] = None) -> EvalData:
   def preprocess(example):
     data = split.read(example['image'])
     if split.checked:  # A broken file becomes a masked-out blank, so batch counts stay equal.
-      ok = image_ops.readable(data, example['image'])
+      ok = image_check.readable(data, example['image'])
       image = tf.cond(ok, lambda: image_ops.resize(image_ops.decode(data), crop),
                       lambda: tf.zeros([crop, crop, 3]))
     else:

@@ -6,8 +6,8 @@ files within a class by name), so every % slice holds each class in proportion a
 `train[:98%]` and `train[98%:]` partition train/. `test`, `val` and `validation` name the same
 folder when only one of them exists; with train/ alone they are `train[98%:]` and a bare `train`
 is `train[:98%]`, as the TFDS presets hold out a slice. Listing only reads directories; a broken
-file is found when read (`image_ops.readable`). Folder rules (`image_ops.image_files`, as
-torchvision's ImageFolder): the images are the files named as one (`image_ops.IMAGE_EXTENSIONS`,
+file is found when read (`image_check.readable`). Folder rules (`image_files.image_files`, as
+torchvision's ImageFolder): the images are the files named as one (`image_files.IMAGE_EXTENSIONS`,
 the list every tool reads), images in nested sub-folders of a class belong to it, hidden files
 and folders (`.ipynb_checkpoints`) are skipped, a symlinked folder that leads back into the
 dataset is not followed, other files are skipped and counted in one logged line, and an empty
@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from vit_jax.data import image_ops
+from vit_jax.data import image_files
 from vit_jax.data import sources
 
 # Folder names a split name may be read from, in order of preference.
@@ -50,12 +50,12 @@ def open_folder(root: str) -> sources.Source:
   """
   train_folder = _train_folder(root)
   train_dir = os.path.join(root, train_folder)
-  classes = tuple(image_ops.class_folders(train_dir)) if train_folder == 'train' else ()
+  classes = tuple(image_files.class_folders(train_dir)) if train_folder == 'train' else ()
   if not classes and _has_images(train_dir):
     classes = (UNLABELED,)
   if not classes:
     raise ValueError(f'{root} is not an image dataset: expected {root}/train/<class>/*.jpg '
-                     f'(or {"/".join(image_ops.IMAGE_EXTENSIONS[1:])}) and '
+                     f'(or {"/".join(image_files.IMAGE_EXTENSIONS[1:])}) and '
                      f'{root}/test/<class>/*.jpg, one folder per class (or, unlabeled for '
                      f'self-supervised pretraining, {root}/train/*.jpg).')
 
@@ -119,8 +119,8 @@ def _train_folder(root: str) -> str:
 
 def _has_images(directory: str) -> bool:
   return os.path.isdir(directory) and any(
-      e.name.lower().endswith(image_ops.IMAGE_EXTENSIONS) and e.is_file()
-      and not image_ops.is_hidden(e.name) for e in os.scandir(directory))
+      e.name.lower().endswith(image_files.IMAGE_EXTENSIONS) and e.is_file()
+      and not image_files.is_hidden(e.name) for e in os.scandir(directory))
 
 
 def _held_out_folder(root: str, name: str) -> Optional[str]:
@@ -193,15 +193,15 @@ def _list_images(root: str, folder: str,
   (other files, symlinks back into `root`) is logged in one line each.
   """
   split_dir = os.path.join(root, folder)
-  unknown = sorted(set(image_ops.class_folders(split_dir)) - set(classes))
+  unknown = sorted(set(image_files.class_folders(split_dir)) - set(classes))
   if unknown:
     raise ValueError(f'{split_dir} has class folders {unknown} that train/ lacks; every class '
                      'needs a folder in train/.')
-  skipped = image_ops.Skipped()
+  skipped = image_files.Skipped()
   if classes != (UNLABELED,):  # Files beside the class folders belong to no class.
     skipped.files += [e.path for e in os.scandir(split_dir)
-                      if not e.is_dir() and not image_ops.is_hidden(e.name)]
-  files = [image_ops.image_files(os.path.join(split_dir, c), root, skipped)
+                      if not e.is_dir() and not image_files.is_hidden(e.name)]
+  files = [image_files.image_files(os.path.join(split_dir, c), root, skipped)
            if os.path.isdir(os.path.join(split_dir, c)) else [] for c in classes]
   skipped.log(split_dir, root)
   empty = [c for c, names in zip(classes, files)
@@ -210,10 +210,10 @@ def _list_images(root: str, folder: str,
     named = ', '.join(os.path.join(split_dir, c) for c in empty[:3])
     more = f' and {len(empty) - 3} more' if len(empty) > 3 else ''
     raise ValueError(f'Empty class folder {named}{more}: no '
-                     f'{"/".join(image_ops.IMAGE_EXTENSIONS)} files in it or its sub-folders '
+                     f'{"/".join(image_files.IMAGE_EXTENSIONS)} files in it or its sub-folders '
                      '(hidden ones are skipped); add its images or delete the folder.')
   if not any(files):
-    raise ValueError(f'{split_dir} has no {"/".join(image_ops.IMAGE_EXTENSIONS)} files in its '
+    raise ValueError(f'{split_dir} has no {"/".join(image_files.IMAGE_EXTENSIONS)} files in its '
                      f'class folders; expected {split_dir}/<class>/*.jpg.')
   labels = np.concatenate([np.full(len(f), c, np.int64) for c, f in enumerate(files)])
   ranks = np.concatenate([(np.arange(len(f)) + 0.5) / len(f) for f in files if f])

@@ -1,34 +1,26 @@
-"""Image ops: which files are images, whether one is complete, decode/resize/normalise.
+"""Image ops: decode, resize, normalise.
 
 One implementation for training and the tools: the input pipeline runs `decode`, `resize` and
 `make_normalize` as tf.data ops; the tools (predict, features, analyze) run the same ops eagerly
 on single files (`read_image`, `preprocess`), so predictions on a file match eval on it bit for
-bit. One list of image files (`IMAGE_EXTENSIONS`) for every path: TF decodes JPEG, PNG, GIF,
-BMP and WebP, Pillow the rest (TIFF), in training as in the tools. TensorFlow is imported on
-first use, so the tools' `--help` stays fast.
+bit. TF decodes JPEG, PNG, GIF, BMP and WebP, Pillow the rest (TIFF), in training as in the
+tools. TensorFlow is imported on first use, so the tools' `--help` stays fast. Which files are
+images is `image_files`; whether one is whole, `image_check`.
 """
 
-import dataclasses
 import functools
 import io
 import os
-import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
-from absl import logging
 
 from vit_jax import presets
 
-# The files read as images (by name, any case) by every path: training and evaluation folders,
-# predict, analyze, features, fewshot. `decode` reads each: TF the formats it decodes, Pillow TIFF.
-IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.gif', '.bmp', '.webp', '.tif', '.tiff')
 # File signatures of the formats TF decodes (JPEG, PNG, GIF, BMP; WebP is RIFF....WEBP); others
 # go straight to Pillow, so TF never logs a C++ warning for a file it cannot read.
-_TF_IMAGE_MAGIC = (b'\xff\xd8\xff', b'\x89PNG', b'GIF8', b'BM')
-_RIFF, _WEBP = b'RIFF', b'WEBP'  # At bytes 0 and 8 of a WebP.
-_PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
-_PNG_END = b'\x00\x00\x00\x00IEND\xaeB`\x82'  # The IEND chunk: length 0, type, its fixed CRC.
+TF_IMAGE_MAGIC = (b'\xff\xd8\xff', b'\x89PNG', b'GIF8', b'BM')
+RIFF, _WEBP = b'RIFF', b'WEBP'  # At bytes 0 and 8 of a WebP.
 
 
 class ImageError(ValueError):
@@ -36,7 +28,7 @@ class ImageError(ValueError):
 
 
 @functools.cache
-def _tf():
+def tensorflow():
   """TensorFlow (heavy; imported when an image is first touched) without its C++ log spam."""
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
   import tensorflow as tf
@@ -52,7 +44,7 @@ def decode(data):
   decodes what it can (JPEG, PNG, GIF's first frame, BMP, WebP); Pillow the rest (TIFF),
   as `read_image` does.
   """
-  tf = _tf()
+  tf = tensorflow()
   image = tf.cond(_tf_decodes(data),
                   lambda: tf.io.decode_image(data, channels=3, expand_animations=False),
                   lambda: tf.numpy_function(_pillow_pixels, [data], tf.uint8, stateful=False))
@@ -61,24 +53,24 @@ def decode(data):
 
 
 def _tf_decodes(data):
-  """Whether bytes (tf.string) start as a format TF decodes (`_TF_IMAGE_MAGIC`, WebP)."""
-  tf = _tf()
+  """Whether bytes (tf.string) start as a format TF decodes (`TF_IMAGE_MAGIC`, WebP)."""
+  tf = tensorflow()
   head = tf.strings.join([tf.strings.substr(data, 0, 12), bytes(12)])  # Short files: zeros.
-  known = [tf.equal(tf.strings.substr(head, 0, len(magic)), magic) for magic in _TF_IMAGE_MAGIC]
-  webp = tf.logical_and(tf.equal(tf.strings.substr(head, 0, 4), _RIFF),
+  known = [tf.equal(tf.strings.substr(head, 0, len(magic)), magic) for magic in TF_IMAGE_MAGIC]
+  webp = tf.logical_and(tf.equal(tf.strings.substr(head, 0, 4), RIFF),
                         tf.equal(tf.strings.substr(head, 8, 4), _WEBP))
   return tf.reduce_any(tf.stack(known + [webp]))
 
 
 def _tf_decodes_header(header: bytes) -> bool:
   """`_tf_decodes` on a file's first 12 bytes, in Python."""
-  return header.startswith(_TF_IMAGE_MAGIC) or (header[:4] == _RIFF and header[8:12] == _WEBP)
+  return header.startswith(TF_IMAGE_MAGIC) or (header[:4] == RIFF and header[8:12] == _WEBP)
 
 
 def _pillow_pixels(data: Any) -> np.ndarray:
   """`decode`'s Pillow path (a tf.numpy_function): bytes → uint8 (h, w, 3)."""
   data = data.item() if isinstance(data, np.ndarray) else bytes(data)  # numpy_function: 0-d.
-  return _pillow_decode(data, 'the image')
+  return pillow_decode(data, 'the image')
 
 
 # EXIF Orientation (tag 0x0112) → (transpose, flip rows, flip columns), applied in that order:
@@ -100,7 +92,7 @@ def exif_orientation(data):
   the train loop, and for every image it made the quickstart's input pipeline (PNGs) 2.2x
   slower (docs/performance.md, "The quickstart's input pipeline").
   """
-  tf = _tf()
+  tf = tensorflow()
   head = tf.strings.substr(data, 0, _EXIF_SEARCH)
 
   def parse():
@@ -154,7 +146,7 @@ def orient(image, orientation):
   Upright images pass through untouched; the others are transposed and flipped as the table
   `_ORIENTATIONS` says (gathers of the row and column indices).
   """
-  tf = _tf()
+  tf = tensorflow()
 
   def turn():
     transpose, flip_rows, flip_cols = tf.unstack(
@@ -169,7 +161,7 @@ def orient(image, orientation):
 
 def _indices(size, flip):
   """0 .. size - 1, reversed when `flip`."""
-  tf = _tf()
+  tf = tensorflow()
   return tf.where(flip, tf.range(size - 1, -1, -1), tf.range(size))
 
 
@@ -184,7 +176,7 @@ def decode_window(data, window: Callable):
   decoded inside the window only (`tf.image.decode_and_crop_jpeg`: libjpeg skips the rows
   above and below and the columns beside it); other files are decoded whole, then sliced.
   """
-  tf = _tf()
+  tf = tensorflow()
 
   def jpeg_window():
     shape = tf.concat([tf.image.extract_jpeg_shape(data)[:2], [3]], 0)
@@ -204,14 +196,14 @@ def decode_window(data, window: Callable):
     begin, size = window(tf.shape(image))
     return tf.slice(image, begin, size)
 
-  upright_jpeg = tf.logical_and(tf.equal(tf.strings.substr(data, 0, 3), _TF_IMAGE_MAGIC[0]),
+  upright_jpeg = tf.logical_and(tf.equal(tf.strings.substr(data, 0, 3), TF_IMAGE_MAGIC[0]),
                                 tf.equal(exif_orientation(data), 1))
   return tf.cond(upright_jpeg, jpeg_window, whole)
 
 
 def resize(image, size: int):
   """Bilinear to [size, size] as float32 in [0, 255], no antialiasing (identity at same size)."""
-  return _tf().image.resize(image, [size, size], method='bilinear')
+  return tensorflow().image.resize(image, [size, size], method='bilinear')
 
 
 def is_official_normalization(mean: Sequence[float], std: Sequence[float]) -> bool:
@@ -231,7 +223,7 @@ def make_normalize(mean: Sequence[float], std: Sequence[float]) -> Callable:
   if len(mean) != 3 or len(std) != 3 or not all(s > 0 for s in std):
     raise ValueError(f'config.pp.mean={tuple(mean)} / pp.std={tuple(std)} must be 3 values (RGB) '
                      'each, std > 0, e.g. --config.pp.mean="(0.485, 0.456, 0.406)".')
-  tf = _tf()
+  tf = tensorflow()
   if is_official_normalization(mean, std):
     return lambda image: tf.cast(image, tf.float32) / 127.5 - 1.
   mean32, std32 = tf.constant(mean, tf.float32), tf.constant(std, tf.float32)
@@ -240,7 +232,7 @@ def make_normalize(mean: Sequence[float], std: Sequence[float]) -> Callable:
 
 def to_uint8(image):
   """A [0, 255]-valued image → uint8, rounded to the nearest level (`pp.uint8_batches`)."""
-  tf = _tf()
+  tf = tensorflow()
   return tf.cast(tf.clip_by_value(tf.round(tf.cast(image, tf.float32)), 0., 255.), tf.uint8)
 
 
@@ -271,15 +263,15 @@ def read_image(path: str) -> np.ndarray:
     raise ImageError(f'Could not read image "{path}" ({e.strerror}); check its permissions.'
                      ) from None
   if _tf_decodes_header(data[:12]):
-    tf = _tf()
+    tf = tensorflow()
     try:
       return decode(tf.constant(data)).numpy()
     except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError):
       pass  # E.g. a truncated JPEG; Pillow's error message is the clearer one.
-  return _pillow_decode(data, path)
+  return pillow_decode(data, path)
 
 
-def _pillow_decode(data: bytes, path: str) -> np.ndarray:
+def pillow_decode(data: bytes, path: str) -> np.ndarray:
   """Pillow's uint8 RGB (h, w, 3) of an image file's bytes, as `decode` reads it.
 
   Raises:
@@ -325,221 +317,3 @@ def load_images(paths: Sequence[str], image_size: int,
                 std: Sequence[float] = presets.OFFICIAL_STD) -> np.ndarray:
   """Reads and preprocesses `paths` into one (len(paths), size, size, 3) float32 batch."""
   return np.stack([preprocess(read_image(p), image_size, mean, std) for p in paths])
-
-
-_unreadable_lock = threading.Lock()
-_unreadable: Dict[str, set] = {}  # Folder → names of its broken files met by this process.
-
-
-def readable(data, name):
-  """Whether `data` is a whole image file that `decode` reads; logs it if not.
-
-  A JPEG, PNG, WebP or BMP is checked in TF ops (complete up to its end); any other file (GIF,
-  TIFF, or no image at all) is decoded by Pillow to tell (`_readable_by_pillow`). Bytes after
-  the end are allowed: cameras and phones append trailers (maker notes, a second image, a
-  video) after a JPEG's EOI, and some writers pad PNGs; TF decodes both.
-
-  Args:
-    data: The file's bytes (tf.string scalar).
-    name: Its path (tf.string scalar), for the warning.
-  """
-  tf = _tf()
-  # Only the check of the file's own format runs (each reads the whole file).
-  ok = tf.cond(tf.equal(tf.strings.substr(data, 0, 3), _TF_IMAGE_MAGIC[0]),
-               lambda: _complete_jpeg(data),
-               lambda: tf.cond(tf.equal(tf.strings.substr(data, 0, 4), _TF_IMAGE_MAGIC[1]),
-                               lambda: _complete_png(data),
-                               lambda: _complete_webp_or_bmp(data)))
-  return tf.cond(ok, lambda: ok, lambda: tf.numpy_function(_readable_by_pillow, [data, name],
-                                                           tf.bool, stateful=True))
-
-
-def _readable_by_pillow(data: Any, name: bytes) -> np.bool_:
-  """A file the TF checks refused: a GIF or TIFF Pillow decodes is whole; else it is counted."""
-  data = data.item() if isinstance(data, np.ndarray) else bytes(data)
-  if not data[:12].startswith((b'\xff\xd8\xff', b'\x89PNG', b'BM', _RIFF)):  # Checked: broken.
-    try:
-      _pillow_decode(data, '')
-      return np.bool_(True)
-    except ImageError:
-      pass
-  return _count_unreadable(name)
-
-
-def _complete_png(data):
-  """The signature, then the IEND chunk somewhere (a truncated file lacks it)."""
-  tf = _tf()
-  signature = tf.equal(tf.strings.substr(data, 0, 8), _PNG_SIGNATURE)
-  return tf.logical_and(signature, tf.size(tf.strings.split(data, sep=_PNG_END)) > 1)
-
-
-def _complete_webp_or_bmp(data):
-  """A WebP or BMP (TF decodes them too: web images saved as .jpg often are WebP) holding at
-  least the bytes its header declares: RIFF size + 8 (a trailer allowed), BMP size exactly
-  (TF rejects a BMP of any other size, so one with extra bytes counts as unreadable too)."""
-  tf = _tf()
-  size = tf.cast(tf.strings.length(data), tf.int64)
-  padded = tf.strings.join([data, bytes(12)])  # Reads past the end see zeros.
-
-  def le32(offset):
-    raw = tf.cast(tf.io.decode_raw(tf.strings.substr(padded, offset, 4), tf.uint8), tf.int64)
-    return tf.reduce_sum(raw * tf.constant([1, 1 << 8, 1 << 16, 1 << 24], tf.int64))
-
-  webp = tf.logical_and(
-      tf.logical_and(tf.equal(tf.strings.substr(padded, 0, 4), b'RIFF'),
-                     tf.equal(tf.strings.substr(padded, 8, 4), b'WEBP')),
-      size >= le32(4) + 8)
-  bmp = tf.logical_and(tf.equal(tf.strings.substr(padded, 0, 2), b'BM'), tf.equal(size, le32(2)))
-  return tf.logical_or(webp, bmp)
-
-
-def _complete_jpeg(data):
-  """SOI, the marker segments walked by their lengths up to the first scan (SOS), then an EOI.
-
-  Walking by lengths (as libjpeg reads markers) skips an EXIF thumbnail's own SOS ... EOI, so a
-  file cut inside its main scan is caught; anything after the EOI is a trailer and allowed.
-  Each step reads 4 bytes and the EOI is a substring search: no op touches the file byte by
-  byte (as int32 tensors of the whole file, it cost as much CPU as the decode).
-  """
-  tf = _tf()
-  size = tf.strings.length(data)
-  padded = tf.strings.join([data, bytes(4)])  # Reads past the end see zeros.
-
-  def bytes_at(pos):  # The 4 bytes at `pos` (clamped to the padding), as int32.
-    chunk = tf.strings.substr(padded, tf.minimum(pos, size), 4)
-    return tf.cast(tf.io.decode_raw(chunk, tf.uint8), tf.int32)
-
-  def at_scan(pos):
-    head = bytes_at(pos)
-    return tf.logical_and(tf.equal(head[0], 0xFF), tf.equal(head[1], 0xDA))
-
-  def next_marker(pos):
-    head = bytes_at(pos)
-    marker, length = head[1], head[2] * 256 + head[3]
-    standalone = tf.logical_or(tf.equal(marker, 0x01),
-                               tf.logical_and(marker >= 0xD0, marker <= 0xD7))
-    skip = tf.where(tf.logical_or(tf.not_equal(head[0], 0xFF), tf.equal(marker, 0xFF)), 1,
-                    tf.where(standalone, 2, 2 + length))  # Garbage and fill bytes: one at a time.
-    return (pos + skip,)
-
-  soi = tf.equal(tf.strings.substr(data, 0, 3), b'\xff\xd8\xff')
-  (pos,) = tf.while_loop(lambda pos: tf.logical_and(pos + 1 < size, tf.logical_not(at_scan(pos))),
-                         next_marker, (tf.where(soi, 2, size),))
-  scan = tf.strings.substr(data, tf.minimum(pos, size), size)
-  eoi = tf.size(tf.strings.split(scan, sep=b'\xff\xd9')) > 1
-  return tf.logical_and(soi, tf.logical_and(at_scan(pos), eoi))
-
-
-def _count_unreadable(name: bytes) -> np.bool_:
-  """Logs the broken file's name and the count so far (the 1st, 2nd, 4th, 8th... of a folder)."""
-  path = name.decode(errors='replace')
-  folder = os.path.dirname(os.path.dirname(path))
-  with _unreadable_lock:
-    seen = _unreadable.setdefault(folder, set())
-    new = path not in seen
-    seen.add(path)
-    count = len(seen)
-  if new and count & (count - 1) == 0:
-    logging.warning('Skipped %d unreadable image file(s) in %s so far (cut short, or not an '
-                    'image file), e.g. %s: delete or replace them.', count, folder, path)
-  return np.bool_(False)
-
-
-def is_hidden(name: str) -> bool:
-  """A hidden file or folder ('.ipynb_checkpoints', '.DS_Store'): never a class or an image."""
-  return name.startswith('.')
-
-
-def class_folders(directory: str) -> List[str]:
-  """The visible sub-folders of `directory`, sorted: an image dataset split's classes."""
-  return sorted(e.name for e in os.scandir(directory) if e.is_dir() and not is_hidden(e.name))
-
-
-@dataclasses.dataclass
-class Skipped:
-  """What listings left out, said in one line each by `log`.
-
-  Attributes:
-    files: visible files that are not images by name (`IMAGE_EXTENSIONS`), or not in a class.
-    links: symlinked folders not followed: they lead back into the tree being listed.
-  """
-  files: List[str] = dataclasses.field(default_factory=list)
-  links: List[str] = dataclasses.field(default_factory=list)
-
-  def log(self, where: str, tree: str) -> None:
-    """One warning line per kind of skip, with the count and an example."""
-    if self.files:
-      logging.warning('Skipped %d file(s) in %s that are not %s images (in a class folder), '
-                      'e.g. %s: convert, rename or move them to use them.', len(self.files),
-                      where, '/'.join(IMAGE_EXTENSIONS), sorted(self.files)[0])
-    if self.links:
-      link = sorted(self.links)[0]
-      logging.warning('Did not follow %d symlinked folder(s) in %s that lead back into %s (each '
-                      'image is listed once, in its own folder), e.g. %s -> %s.',
-                      len(self.links), where, tree, link, os.path.realpath(link))
-
-
-def image_files(folder: str, tree: Optional[str] = None,
-                skipped: Optional[Skipped] = None) -> List[str]:
-  """Image files under `folder` as paths relative to it, sorted; hidden files and folders skipped.
-
-  Recursive, as torchvision's ImageFolder reads a class folder: images in nested sub-folders
-  belong to it. Symlinks are followed, except to a folder that leads back into `tree` (default
-  `folder`: e.g. `cat/up -> ..`, which would list every class again inside cat) or to a folder
-  already listed (a loop). Only directories are read (no file is opened). The one listing that
-  training, evaluation and the tools (predict, analyze, features) use; what it leaves out is
-  added to `skipped`.
-  """
-  tree = os.path.realpath(tree or folder)
-  skipped = Skipped() if skipped is None else skipped
-  found, seen = [], set()
-  for root, dirs, names in os.walk(folder, followlinks=True):
-    seen.add(os.path.realpath(root))
-    kept = []
-    for d in dirs:
-      path = os.path.join(root, d)
-      if is_hidden(d):
-        continue  # Pruned: os.walk never enters them.
-      if os.path.islink(path) and _leads_back(os.path.realpath(path), tree, seen):
-        skipped.links.append(path)
-      else:
-        kept.append(d)
-    dirs[:] = kept
-    rel = os.path.relpath(root, folder)
-    for name in names:
-      if is_hidden(name):
-        continue
-      if name.lower().endswith(IMAGE_EXTENSIONS):
-        found.append(name if rel == '.' else os.path.join(rel, name))
-      else:
-        skipped.files.append(os.path.join(root, name))
-  return sorted(found)
-
-
-def _leads_back(target: str, tree: str, seen: set) -> bool:
-  """Whether a link to real path `target` leads into `tree` (or above it) or a listed folder."""
-  inside = lambda a, b: a == b or a.startswith(b.rstrip(os.sep) + os.sep)  # noqa: E731
-  return inside(target, tree) or inside(tree, target) or target in seen
-
-
-def list_images(paths: Sequence[str]) -> List[str]:
-  """Files named, plus image files in named folders (`image_files`: recursive, sorted).
-
-  What the folders hold besides images is logged in one line (`Skipped.log`).
-  """
-  if not paths:
-    raise ValueError('No images given: pass image files or folders after the flags.')
-  found, skipped = [], Skipped()
-  for path in paths:
-    if os.path.isdir(path):
-      inside = [os.path.join(path, name) for name in image_files(path, skipped=skipped)]
-      if not inside:
-        raise ValueError(f'Folder "{path}" has no image files '
-                         f'({", ".join(IMAGE_EXTENSIONS)}; hidden files and folders skipped).')
-      found.extend(inside)
-    elif os.path.isfile(path):
-      found.append(path)
-    else:
-      raise ImageError(f'Could not find image "{path}"; check the path.')
-  skipped.log(', '.join(p for p in paths if os.path.isdir(p)), 'the folder listed')
-  return found

@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from vit_jax import config_lib
 from vit_jax.data import image_ops
+from vit_jax.data import image_check
 from vit_jax.data import sources
 
 # A train record that cannot be read is replaced by the next position's; this many in a row fail.
@@ -125,13 +126,13 @@ def _read_train_example(split: sources.Split, example: Dict[str, tf.Tensor], pos
     replacement = split.fetch(record(position + tries)[None])
     name = replacement['image'][0]
     data = split.read(name)
-    return tries + 1, name, data, replacement['label'][0], image_ops.readable(data, name)
+    return tries + 1, name, data, replacement['label'][0], image_check.readable(data, name)
 
   tries, name, data, label, ok = tf.while_loop(
       lambda tries, name, data, label, ok: tf.logical_and(tf.logical_not(ok),
                                                           tries < _MAX_UNREADABLE_IN_A_ROW),
       next_record, (tf.constant(1, tf.int64), example['image'], data, example['label'],
-                    image_ops.readable(data, example['image'])))
+                    image_check.readable(data, example['image'])))
   del tries
   tf.debugging.assert_equal(ok, True, message=f'{_MAX_UNREADABLE_IN_A_ROW} unreadable image '
                             'files in a row (see the warnings above); fix the dataset.')
@@ -217,14 +218,14 @@ def eval_locator(split: sources.Split,
 
 def undecodable_file(examples: tf.data.Dataset) -> Optional[str]:
   """The first file of `examples` ({'file': path, 'image': its bytes}) that `image_ops.decode`
-  cannot read (a broken file that `image_ops.readable` lets through), as one line; else None."""
+  cannot read (a broken file that `image_check.readable` lets through), as one line; else None."""
   iterator = iter(examples)
   while True:
     try:
       example = next(iterator)
     except (StopIteration, tf.errors.OpError):
       return None
-    if not image_ops.readable(example['image'], example['file']):
+    if not image_check.readable(example['image'], example['file']):
       continue  # Skipped (train) or masked out (eval), never decoded.
     try:
       image_ops.decode(example['image'])

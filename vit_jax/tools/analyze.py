@@ -26,6 +26,7 @@ import numpy as np
 from absl import flags
 
 from vit_jax.data import image_ops
+from vit_jax.data import image_files
 from vit_jax.tools import cli
 from vit_jax.tools import features
 from vit_jax import models
@@ -236,7 +237,7 @@ def _load_inputs(paths: Sequence[str], loaded: loading.LoadedModel
                  ) -> Tuple[List[str], np.ndarray, str]:
   size = loaded.image_size
   if paths:
-    files = image_ops.list_images(paths)
+    files = image_files.list_images(paths)
     return (files, image_ops.load_images(files, loaded.image_size, loaded.mean, loaded.std),
             'images given on the command line')
   samples, note = sample_images(size)

@@ -31,6 +31,7 @@ from absl import flags
 from vit_jax import models_transformer
 from vit_jax.families.vit import model as models_vit
 from vit_jax.data import image_ops
+from vit_jax.data import image_files
 from vit_jax.tools import cli
 from vit_jax.weights import loading
 
@@ -122,7 +123,7 @@ def main(argv: Sequence[str]) -> str:
     raise ValueError(f'--out={out} must name an .npz file to write, e.g. --out=features.npz.')
   if batch_size < 1:
     raise ValueError('--batch_size must be at least 1.')
-  paths = image_ops.list_images(argv[1:])
+  paths = image_files.list_images(argv[1:])
   loaded = loading.load_model(checkpoint, cli.MODEL.value, cli.IMAGE_SIZE.value)
   feature_fn = make_feature_fn(loaded.model)
   names = ['pre_logits'] + ['logits'] * bool(loaded.num_classes) + ['tokens'] * _TOKENS.value

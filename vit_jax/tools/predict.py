@@ -27,6 +27,7 @@ from absl import flags
 from absl import logging
 
 from vit_jax.data import image_ops
+from vit_jax.data import image_files
 from vit_jax.tools import cli
 from vit_jax.weights import loading
 
@@ -138,7 +139,7 @@ def main(argv: Sequence[str]) -> Optional[int]:
                      'ViT-B_16).')
   if _TOP_K.value < 1 or batch_size < 1:
     raise ValueError('--top_k and --batch_size must be at least 1.')
-  paths = image_ops.list_images(argv[1:])
+  paths = image_files.list_images(argv[1:])
   loaded = loading.load_model(checkpoint, cli.MODEL.value, cli.IMAGE_SIZE.value)
   if loaded.head_is_zero:
     logging.warning('%s has an all-zero head (a pre-training file): every class gets the same '
