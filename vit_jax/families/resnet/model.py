@@ -53,53 +53,54 @@ class StdConvAsMatmul(nn.Module):
     return ops.conv_as_matmul(x.astype(self.dtype), kernel, self.strides)
 
 
-class ResidualUnit(nn.Module):
-  """Bottleneck unit (1x1 → 3x3 → 1x1, 4x expansion) with GroupNorm after each conv."""
+class _Unit(nn.Module):
+  """What both kinds of unit share: weight-standardised convs, GroupNorms, the projection."""
 
   features: int
   strides: Sequence[int] = (1, 1)
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
+  def conv(self, features: int, kernel: Sequence[int], strides: Sequence[int], name: str):
+    return StdConv(features, kernel, strides, dtype=self.dtype, param_dtype=self.param_dtype,
+                   name=name)
+
+  def norm(self, name: str, **kwargs):
+    return ops.GroupNorm(dtype=self.dtype, param_dtype=self.param_dtype, name=name, **kwargs)
+
+  def residual(self, x: jnp.ndarray, out_features: int) -> jnp.ndarray:
+    """`x`, or its 1x1 projection (`conv_proj`, `gn_proj`) where channels or stride change."""
+    if x.shape[-1] == out_features and tuple(self.strides) == (1, 1):
+      return x
+    return self.norm('gn_proj')(self.conv(out_features, (1, 1), self.strides, 'conv_proj')(x))
+
+
+class ResidualUnit(_Unit):
+  """Bottleneck unit (1x1 → 3x3 → 1x1, 4x expansion) with GroupNorm after each conv."""
+
   @nn.compact
   def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
-    conv = lambda f, k, s, name: StdConv(  # noqa: E731
-        f, k, s, dtype=self.dtype, param_dtype=self.param_dtype, name=name)
-    norm = lambda name, **kw: ops.GroupNorm(  # noqa: E731
-        dtype=self.dtype, param_dtype=self.param_dtype, name=name, **kw)
     out_features = self.features * 4
-    residual = x
-    if x.shape[-1] != out_features or tuple(self.strides) != (1, 1):
-      residual = norm('gn_proj')(conv(out_features, (1, 1), self.strides, 'conv_proj')(x))
-    y = nn.relu(norm('gn1')(conv(self.features, (1, 1), (1, 1), 'conv1')(x)))
-    y = nn.relu(norm('gn2')(conv(self.features, (3, 3), self.strides, 'conv2')(y)))
+    residual = self.residual(x, out_features)
+    y = nn.relu(self.norm('gn1')(self.conv(self.features, (1, 1), (1, 1), 'conv1')(x)))
+    y = nn.relu(self.norm('gn2')(self.conv(self.features, (3, 3), self.strides, 'conv2')(y)))
     # Zero-init last GroupNorm scale: each unit starts as the identity on its residual path.
-    y = conv(out_features, (1, 1), (1, 1), 'conv3')(y)
-    y = norm('gn3', scale_init=nn.initializers.zeros)(y)
+    y = self.conv(out_features, (1, 1), (1, 1), 'conv3')(y)
+    y = self.norm('gn3', scale_init=nn.initializers.zeros)(y)
     return nn.relu(residual + y)
 
 
-class BasicUnit(nn.Module):
+class BasicUnit(_Unit):
   """Basic unit (3x3 → 3x3, no expansion: ResNet-18/34's) with the bottleneck unit's norms,
   names and rules: GroupNorm after each conv, a projection where channels or stride change,
   zero-init last GroupNorm scale, ReLU after the residual sum."""
 
-  features: int
-  strides: Sequence[int] = (1, 1)
-  dtype: Dtype = jnp.float32
-  param_dtype: Dtype = jnp.float32
-
   @nn.compact
   def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
-    conv = lambda k, s, name: StdConv(  # noqa: E731
-        self.features, k, s, dtype=self.dtype, param_dtype=self.param_dtype, name=name)
-    norm = lambda name, **kw: ops.GroupNorm(  # noqa: E731
-        dtype=self.dtype, param_dtype=self.param_dtype, name=name, **kw)
-    residual = x
-    if x.shape[-1] != self.features or tuple(self.strides) != (1, 1):
-      residual = norm('gn_proj')(conv((1, 1), self.strides, 'conv_proj')(x))
-    y = nn.relu(norm('gn1')(conv((3, 3), self.strides, 'conv1')(x)))
-    y = norm('gn2', scale_init=nn.initializers.zeros)(conv((3, 3), (1, 1), 'conv2')(y))
+    residual = self.residual(x, self.features)
+    y = nn.relu(self.norm('gn1')(self.conv(self.features, (3, 3), self.strides, 'conv1')(x)))
+    y = self.conv(self.features, (3, 3), (1, 1), 'conv2')(y)
+    y = self.norm('gn2', scale_init=nn.initializers.zeros)(y)
     return nn.relu(residual + y)
 
 
