@@ -145,7 +145,7 @@ def expected_mixer_count(config, num_classes, image_size=224):
 def expected_resnet_count(config, num_classes, image_size=224):
   del image_size  # Convolutions and global pooling: any input size.
   count, width = _resnet_count(config.stage_sizes, config.width_factor, config.root_kernel,
-                               config.unit)
+                               config.get('unit', 'bottleneck'))
   return count + _dense(width, num_classes)
 
 

@@ -140,7 +140,8 @@ def test_token_grid_is_the_last_feature_map(name, size):
       return models_resnet.apply_resnet(
           x, width_factor=config.width_factor, num_layers=config.stage_sizes,
           dtype=jnp.float32, param_dtype=jnp.float32, root_kernel=config.root_kernel,
-          root_stride=config.root_stride, root_pool=config.root_pool, unit=config.unit)
+          root_stride=config.root_stride, root_pool=config.root_pool,
+          unit=config.get('unit', 'bottleneck'))
 
   x = jax.ShapeDtypeStruct((1, size, size, 3), jnp.float32)
   out = jax.eval_shape(lambda x: Features().init_with_output(jax.random.key(0), x)[0], x)
@@ -195,6 +196,22 @@ def test_resnet18_has_basic_units_that_start_as_the_identity_and_reads_back_by_i
   assert architecture.first_difference(models.get_config('ResNet-11_28px'), old, 'x') is None
   with pytest.raises(ValueError, match="Unknown ResNet unit='wide'; use one of bottleneck, basic"):
     _resnet_params(dict(models.get_config('ResNet-18_28px'), unit='wide'), 10, 28)
+
+
+def test_a_bottleneck_resnet_config_is_what_it_was_before_resnet18():
+  """A ResNet run recorded before `unit` existed resumes: its config has no new field."""
+  from vit_jax import config_lib
+  from vit_jax.training import run_record
+  for name in ('ResNet-50', 'ResNet-50_32px', 'ResNet-11_28px'):
+    now = run_record._plain(config_lib.with_model(config_lib.get_config(), name))
+    recorded = json.loads(json.dumps(now))
+    recorded['model'].pop('unit', None)  # What a run's record.json held on 2026-12-01.
+    assert run_record._config_changes(recorded, now) == [], name
+  r18 = run_record._plain(config_lib.with_model(config_lib.get_config(), 'ResNet-18_28px'))
+  recorded = json.loads(json.dumps(r18))
+  recorded['model'].pop('unit')
+  assert run_record._config_changes(recorded, r18) == [
+      "config model.unit is 'basic' (was None)"]
 
 
 def test_hybrid_root_is_unchanged_by_the_resnet_options():
