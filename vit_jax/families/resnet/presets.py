@@ -9,15 +9,20 @@ import ml_collections
 UNITS = ('bottleneck', 'basic')
 
 
+def unit_field(unit: str) -> dict:
+  """`unit` as a config field: absent for the bottleneck, so a bottleneck ResNet's config stays
+  what it was before ResNet-18 and runs recorded then resume (run_record compares configs field
+  by field)."""
+  return {} if unit == UNITS[0] else dict(unit=unit)
+
+
 def resnet(name: str, stage_sizes: Sequence[int], width_factor: float, *, root_kernel: int = 7,
            root_stride: int = 2, root_pool: bool = True,
            unit: str = UNITS[0]) -> ml_collections.ConfigDict:
-  # `unit` only where it is not the first: a bottleneck ResNet's config stays what it was
-  # before ResNet-18, so runs recorded then resume (run_record compares configs field by field).
   return ml_collections.ConfigDict(dict(
       model_name=name, family='resnet', stage_sizes=tuple(stage_sizes),
       width_factor=float(width_factor), root_kernel=root_kernel, root_stride=root_stride,
-      root_pool=root_pool, **({} if unit == UNITS[0] else dict(unit=unit))))
+      root_pool=root_pool, **unit_field(unit)))
 
 
 PRESETS = (

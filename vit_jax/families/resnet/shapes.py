@@ -4,7 +4,7 @@ hybrid's root (`families/vit/shapes.py`)."""
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from vit_jax import presets
-from vit_jax.families.resnet.presets import UNITS
+from vit_jax.families.resnet.presets import UNITS, unit_field
 from vit_jax.weights import shape_readers
 from vit_jax.weights.shape_readers import Match
 
@@ -30,7 +30,7 @@ def _resnet_classifier_fields(tree: Mapping[str, Any]) -> Dict[str, Any]:
   """Stage sizes, width, root kernel and unit of a ResNet classifier (`models_resnet.ResNet`)."""
   stem = root_fields(tree)  # The same root and units as a hybrid's stem.
   return dict(family='resnet', stage_sizes=stem['num_layers'], width_factor=stem['width_factor'],
-              root_kernel=tree['conv_root']['kernel'][0], unit=_unit(tree))
+              root_kernel=tree['conv_root']['kernel'][0], **unit_field(_unit(tree)))
 
 
 def _complete(config: Mapping[str, Any]) -> Dict[str, Any]:
@@ -57,7 +57,7 @@ def _resnet_compared(config: Mapping[str, Any]) -> Tuple[Tuple[str, Any], ...]:
 
 def _resnet_name(fields: Mapping[str, Any]) -> str:
   sizes = '-'.join(map(str, fields['stage_sizes']))
-  unit = '' if fields['unit'] == UNITS[0] else f'-{fields["unit"]}'
+  unit = f'-{fields["unit"]}' if 'unit' in fields else ''
   return f'ResNet-custom{unit}-{sizes}-w{fields["width_factor"]:g}-root{fields["root_kernel"]}'
 
 
