@@ -381,9 +381,10 @@ def launch_failing(config_path, workdir, *, process_id, port, raise_at_eval, arg
   argv = ['main', f'--config={config_path}', f'--workdir={workdir}',
           f'--coordinator_address=127.0.0.1:{port}', '--num_processes=2',
           f'--process_id={process_id}', *args]
-  code = ('import sys; from unittest import mock; from vit_jax import main, train\n'
+  code = ('import sys; from unittest import mock; from vit_jax import main\n'
+          'from vit_jax.training import evaluation\n'
           f'sys.argv = {argv!r}\n'
-          f'with mock.patch.object(train, "run_eval", side_effect={raise_at_eval}):\n'
+          f'with mock.patch.object(evaluation, "run_eval", side_effect={raise_at_eval}):\n'
           '  main.run()\n')
   return forked.popen(['-c', code], cwd=ROOT, env=env, merge_stderr=True)
 

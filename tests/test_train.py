@@ -22,6 +22,7 @@ from vit_jax import config_lib
 from vit_jax import input_pipeline
 from vit_jax import main
 from vit_jax import models
+from vit_jax.training import evaluation
 from vit_jax.training import losses
 from vit_jax.training import optim
 from vit_jax.training import parallel
@@ -346,7 +347,7 @@ def test_sigterm_returns_without_waiting_for_the_input_pipeline_to_close(tmp_pat
 
 def test_sigterm_at_an_eval_step_saves_without_evaluating_first(tmp_path, mock_cifar10):
   config = make_config(total_steps=6, checkpoint_every=100, eval_every=3)
-  real_step, real_eval, evaluated = train.make_train_step, train.run_eval, []
+  real_step, real_eval, evaluated = train.make_train_step, evaluation.run_eval, []
 
   def factory(*args, **kwargs):
     step_fn = real_step(*args, **kwargs)
@@ -363,7 +364,7 @@ def test_sigterm_at_an_eval_step_saves_without_evaluating_first(tmp_path, mock_c
 
   workdir = str(tmp_path / 'run')
   with mock.patch.object(train, 'make_train_step', factory), mock.patch.object(
-      train, 'run_eval', run_eval):
+      evaluation, 'run_eval', run_eval):
     assert train.train_and_evaluate(config, workdir)['stopped_at'] == 3
     assert not evaluated and os.listdir(os.path.join(workdir, 'train_state')) == ['3']
   assert train.train_and_evaluate(config, workdir)['step'] == 6

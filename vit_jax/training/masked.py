@@ -131,7 +131,7 @@ class Objective:
     return self.losses(params, images, rng, True)[0].mean()
 
   def eval_sums(self, params: Any, batch: Dict[str, jax.Array]) -> Dict[str, jax.Array]:
-    """Masked sums as `train.make_eval_step` returns them: 'correct' sums the per-image
+    """Masked sums as `evaluation.make_eval_step` returns them: 'correct' sums the per-image
     accuracy of MPP's colour targets (NaN where the target is no class: MAE, MPP 'pixels')."""
     rng = jax.random.fold_in(jax.random.key(self.seed), EVAL_STREAM)
     loss, accuracy = self.losses(params, batch['image'], rng, False)
