@@ -256,7 +256,10 @@ def update_results(path: str, grid: grid_lib.Grid, out: str) -> Dict[str, Dict[s
   order = {run.name: i for i, run in enumerate(grid.runs)}
   ordered = sorted(records.values(), key=lambda r: order.get(r['name'], len(order)))
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  with open(f'{path}.tmp', 'w') as f:
+  # A temporary file per process: the runner and a `--report` run beside it both rewrite the
+  # file (each from the run directories, so the last one is whole and current).
+  tmp = f'{path}.{os.getpid()}.tmp'
+  with open(tmp, 'w') as f:
     f.writelines(json.dumps(r, sort_keys=True) + '\n' for r in ordered)
-  os.replace(f'{path}.tmp', path)
+  os.replace(tmp, path)
   return {r['name']: r for r in ordered}
