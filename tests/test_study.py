@@ -1349,3 +1349,21 @@ def test_the_full_data_recipe_trains_and_predict_reads_its_run(tmp_path):
                                                             'T-shirt/top', 'Trouser',
                                                             'Pullover', 'Dress', 'Coat',
                                                             'Sandal', 'Shirt')), out
+
+
+def test_a_curves_plot_draws_each_probes_validation_curve_and_skips_runs_without_one(
+    tmp_path, monkeypatch):
+  table = grid_lib.Table('t', 'T', row='candidate', col='probe', metric='accuracy_val',
+                         curves=True)
+  runs = [grid_lib.Run(n, 'x', dict(candidate=c, probe='6 steps'))
+          for n, c in (('h', 'hybrid'), ('s', 'Swin'), ('v', 'ViT'))]
+  records_ = {'h': dict(accuracy_val=.83, val_curve=[[6, .83], [3, .7]]),
+              's': dict(accuracy_val=.84, val_curve=[[3, .75], [6, .84]]),
+              'v': dict(accuracy_val=None, val_curve=[[3, .6]])}  # Unfinished: not drawn.
+  ax = _captured_figure(monkeypatch, plots.plot_table, table, runs, records_,
+                        str(tmp_path / 'p.png')).axes[0]
+  drawn = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata()))
+           for line in ax.get_lines()}
+  assert drawn == {'hybrid': ([3, 6], [70., 83.]), 'Swin': ([3, 6], [75., 84.])}
+  assert ax.get_xlabel() == 'training step'
+  assert ax.get_legend().get_window_extent().x0 >= ax.get_window_extent().x1

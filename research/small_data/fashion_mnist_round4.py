@@ -329,7 +329,7 @@ TABLES = (
                    metric='accuracy_val'),
     grid_lib.Table('r4_candidates', 'ViT-family candidates: seed-0 probes, hard-distilled '
                    '(validation at the probe\'s end: the choice)', row='candidate', col='probe',
-                   where=dict(arm='probe'), metric='accuracy_val'),
+                   where=dict(arm='probe'), metric='accuracy_val', curves=True),
     grid_lib.Table('r4_sweep', 'Learning rate x distillation sweep at seed 0 (validation)',
                    row=SWEEP_ROW, col='lr_value', where=dict(arm='sweep'), col_label='lr ',
                    log_x=True, sort_cols=True, metric='accuracy_val'),

@@ -41,6 +41,9 @@ class Table:
   metric: str = 'accuracy_test'
   baseline: Union[str, Mapping[str, str]] = ''
   sort_cols: bool = False  # Columns in increasing order (else as the grid lists the runs).
+  # The plot draws each run's validation curve (its `val_curve`) over its steps instead of the
+  # metric per column: for probes, whose choice and budget are read off those curves.
+  curves: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The report's plots: a table's metric over its columns, and each run's metric over its compute.
+"""The report's plots: a table's metric over its columns (or its runs' validation curves), and
+each run's metric over its compute.
 
 Error bars are the 95% t-interval of each cell's mean over its runs (the slices), the interval
 the verdicts use (cells.t_half_width), not their standard deviation. Rows at the same column
@@ -47,6 +48,8 @@ def plot_table(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
   """`metric` per row over the columns: lines over numeric columns (in increasing order; rows
   dodged around each column), grouped bars otherwise; error bars the 95% t-interval of each
   cell's mean. A row without a finished run is not drawn (nor in the legend)."""
+  if table.curves:
+    return plot_curves(table, runs, records, png_path)
   plt = pyplot()
   rows, cols, cells = cells_lib.table_cells(table, runs)
   numeric = all(isinstance(c, (int, float)) for c in cols)
@@ -82,6 +85,27 @@ def plot_table(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
   ax.set(xlabel=xlabel, ylabel=f'{cells_lib.metric_name(table.metric)} (%)')
   bars = any(len(done) > 1 for r in drawn for _, _, done in values[r])
   ax.set_title(f'{table.title}\n{BARS}' if bars else table.title, fontsize='medium')
+  _finish_plot(plt, fig, ax, png_path, [ax.get_legend_handles_labels()])
+
+
+def plot_curves(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
+                records: Mapping[str, Dict[str, Any]], png_path: str) -> None:
+  """Each finished run's validation curve over its steps, a colour and marker per row: where a
+  probe was still rising and where it levelled off, which a bar of its last value hides (three
+  candidates a few points apart looked alike as bars from 0). Its last point is the table's
+  value; a run without a curve is not drawn."""
+  plt = pyplot()
+  rows, _, cells = cells_lib.table_cells(table, runs)
+  fig, ax = plt.subplots(figsize=(6.4, 4))
+  for i, r in enumerate(rows):
+    names = [n for (row, _), ns in cells.items() if row == r for n in ns
+             if records.get(n, {}).get(table.metric) is not None and records[n].get('val_curve')]
+    for k, name in enumerate(names):
+      steps, accuracy = zip(*sorted(records[name]['val_curve']))
+      ax.plot(steps, [100 * a for a in accuracy], label=str(r) if k == 0 else None,
+              **row_style(i))
+  ax.set(xlabel='training step', ylabel='val accuracy (%)')
+  ax.set_title(f'{table.title}\n(each probe\'s validation curve)', fontsize='medium')
   _finish_plot(plt, fig, ax, png_path, [ax.get_legend_handles_labels()])
 
 
