@@ -1367,3 +1367,20 @@ def test_a_curves_plot_draws_each_probes_validation_curve_and_skips_runs_without
   assert drawn == {'hybrid': ([3, 6], [70., 83.]), 'Swin': ([3, 6], [75., 84.])}
   assert ax.get_xlabel() == 'training step'
   assert ax.get_legend().get_window_extent().x0 >= ax.get_window_extent().x1
+
+
+def test_compute_plots_label_an_axis_under_half_a_decade_at_every_multiple(tmp_path,
+                                                                           monkeypatch):
+  """Round 4's three probes (7e13 to 1.8e14 training FLOPs) showed one label, '10^14'."""
+  table = grid_lib.Table('t', 'T', row='arm', col='pct')
+  runs = [grid_lib.Run(f'r{i}', 'x', dict(arm='a', pct=1)) for i in range(2)]
+  records_ = {'r0': dict(accuracy_test=.7, train_flops=7.2e13),
+              'r1': dict(accuracy_test=.8, train_flops=1.75e14)}
+  fig = _captured_figure(monkeypatch, plots.plot_compute, table, runs, records_,
+                         str(tmp_path / 'c.png'))
+  axis = fig.axes[0].xaxis
+  low, high = fig.axes[0].get_xlim()
+  labels = [t.get_text() for x, t in zip(axis.get_majorticklocs(), axis.get_ticklabels())
+            if low <= x <= high]
+  assert labels == [r'$7\times10^{13}$', r'$8\times10^{13}$', r'$9\times10^{13}$',
+                    '$10^{14}$', r'$1.5\times10^{14}$'], labels

@@ -155,22 +155,26 @@ def plot_compute(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
 
 
 def _readable_log_ticks(ax) -> None:
-  """Labels at 1, 2, 3 and 5 x 10^k when the data span under a decade, at 1, 2 and 5 under two
-  (else at 10^k only), and none on the other minor ticks: matplotlib's own labels them all on a
-  short log axis, and '3x10^12' ran into '4x10^12'."""
+  """Labels at 1, 1.5 and every whole n x 10^k when the data span under half a decade (round 4's
+  three probes, 7e13 to 1.8e14, showed only '10^14' otherwise), at 1, 2, 3 and 5 x 10^k under a
+  decade, at 1, 2 and 5 under
+  two (else at 10^k only), and none on the other minor ticks: matplotlib's own labels them all
+  on a short log axis, and '3x10^12' ran into '4x10^12'."""
   from matplotlib import ticker  # Lazily, as pyplot.
   low, high = ax.get_xlim()
   decades = np.log10(high / low)
-  subs = (1., 2., 3., 5.) if decades < 1 else (1., 2., 5.) if decades < 2 else (1.,)
+  subs = ((1., 1.5) + tuple(range(2, 10)) if decades < .5 else (1., 2., 3., 5.) if decades < 1
+          else (1., 2., 5.) if decades < 2 else (1.,))
   ax.xaxis.set_major_locator(ticker.LogLocator(base=10, subs=subs))
   ax.xaxis.set_major_formatter(ticker.FuncFormatter(_power_of_ten_label))
   ax.xaxis.set_minor_formatter(ticker.NullFormatter())
 
 
 def _power_of_ten_label(x: float, _=None) -> str:
-  """'$10^{13}$', '$5\\times10^{12}$': a log axis's tick label."""
+  """'$10^{13}$', '$5\\times10^{12}$', '$1.5\\times10^{14}$': a log axis's tick label."""
   exponent = int(np.floor(np.log10(x) + 1e-9))
-  mantissa = round(x / 10**exponent)
+  mantissa = float(f'{x / 10**exponent:.1f}')
+  mantissa = int(mantissa) if mantissa.is_integer() else mantissa
   power = f'10^{{{exponent}}}'
   return f'${power}$' if mantissa == 1 else f'${mantissa}\\times{power}$'
 
