@@ -327,8 +327,8 @@ TABLES = (
     grid_lib.Table('r4_combined_val', 'Combined recipes at 1% (validation: where the choices '
                    'were made)', row='row', col='pct', where=CHOSEN, col_label='% of train: ',
                    metric='accuracy_val'),
-    grid_lib.Table('r4_candidates', 'ViT-family candidates: seed-0 probes, hard-distilled '
-                   '(validation at the probe\'s end: the choice)', row='candidate', col='probe',
+    grid_lib.Table('r4_candidates', 'Seed-0 probes, hard-distilled: the ViT-family candidates '
+                   'and the fair ResNet (validation at the probe\'s end: the choice)', row='candidate', col='probe',
                    where=dict(arm='probe'), metric='accuracy_val', curves=True),
     grid_lib.Table('r4_sweep', 'Learning rate x distillation sweep at seed 0 (validation)',
                    row=SWEEP_ROW, col='lr_value', where=dict(arm='sweep'), col_label='lr ',
