@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 import types
+from typing import List, Tuple
 
 import numpy as np
 import pytest
@@ -782,23 +783,29 @@ def test_plots_leave_out_rows_without_a_finished_run_and_draw_lines_left_to_righ
   assert ax.get_xlabel() == '% of train'
 
 
-def test_compute_plots_label_a_short_log_axis_at_1_2_5_and_leave_minor_ticks_bare(
-    tmp_path, monkeypatch):
-  """Matplotlib labels every minor tick of a log axis spanning under a decade or so: '3x10^12'
-  ran into '4x10^12' on round 2's remedies plot."""
+def _compute_axis_labels(tmp_path, monkeypatch, *flops: float) -> Tuple[List[str], List[str]]:
+  """The FLOPs axis's major labels shown by a compute plot of runs at `flops`, and its minor
+  ticks' non-empty labels."""
   table = grid_lib.Table('t', 'T', row='arm', col='pct')
-  runs = [grid_lib.Run(f'r{i}', 'x', dict(arm='a', pct=1)) for i in range(2)]
-  records_ = {'r0': dict(accuracy_test=.7, train_flops=2.1e12),
-              'r1': dict(accuracy_test=.8, train_flops=2.9e13)}
+  runs = [grid_lib.Run(f'r{i}', 'x', dict(arm='a', pct=1)) for i in range(len(flops))]
+  records_ = {f'r{i}': dict(accuracy_test=.7, train_flops=f) for i, f in enumerate(flops)}
   fig = _captured_figure(monkeypatch, plots.plot_compute, table, runs, records_,
                          str(tmp_path / 'c.png'))
   axis = fig.axes[0].xaxis
   low, high = fig.axes[0].get_xlim()
-  labels = [t.get_text() for x, t in zip(axis.get_majorticklocs(), axis.get_ticklabels())
-            if low <= x <= high]  # Those shown.
+  return ([t.get_text() for x, t in zip(axis.get_majorticklocs(), axis.get_ticklabels())
+           if low <= x <= high],  # Those shown.
+          [t.get_text() for t in axis.get_ticklabels(minor=True) if t.get_text()])
+
+
+def test_compute_plots_label_a_short_log_axis_at_1_2_5_and_leave_minor_ticks_bare(
+    tmp_path, monkeypatch):
+  """Matplotlib labels every minor tick of a log axis spanning under a decade or so: '3x10^12'
+  ran into '4x10^12' on round 2's remedies plot."""
+  labels, minor = _compute_axis_labels(tmp_path, monkeypatch, 2.1e12, 2.9e13)
   assert labels == [r'$2\times10^{12}$', r'$5\times10^{12}$', '$10^{13}$',
                     r'$2\times10^{13}$'], labels
-  assert not [t.get_text() for t in axis.get_ticklabels(minor=True) if t.get_text()]
+  assert not minor
 
 
 def test_round3_probes_give_the_strong_recipe_longer_and_evaluate_along_the_way():
@@ -1372,15 +1379,7 @@ def test_a_curves_plot_draws_each_probes_validation_curve_and_skips_runs_without
 def test_compute_plots_label_an_axis_under_half_a_decade_at_every_multiple(tmp_path,
                                                                            monkeypatch):
   """Round 4's three probes (7e13 to 1.8e14 training FLOPs) showed one label, '10^14'."""
-  table = grid_lib.Table('t', 'T', row='arm', col='pct')
-  runs = [grid_lib.Run(f'r{i}', 'x', dict(arm='a', pct=1)) for i in range(2)]
-  records_ = {'r0': dict(accuracy_test=.7, train_flops=7.2e13),
-              'r1': dict(accuracy_test=.8, train_flops=1.75e14)}
-  fig = _captured_figure(monkeypatch, plots.plot_compute, table, runs, records_,
-                         str(tmp_path / 'c.png'))
-  axis = fig.axes[0].xaxis
-  low, high = fig.axes[0].get_xlim()
-  labels = [t.get_text() for x, t in zip(axis.get_majorticklocs(), axis.get_ticklabels())
-            if low <= x <= high]
+  labels, minor = _compute_axis_labels(tmp_path, monkeypatch, 7.2e13, 1.75e14)
   assert labels == [r'$7\times10^{13}$', r'$8\times10^{13}$', r'$9\times10^{13}$',
                     '$10^{14}$', r'$1.5\times10^{14}$'], labels
+  assert not minor

@@ -328,8 +328,9 @@ TABLES = (
                    'were made)', row='row', col='pct', where=CHOSEN, col_label='% of train: ',
                    metric='accuracy_val'),
     grid_lib.Table('r4_candidates', 'Seed-0 probes, hard-distilled: the ViT-family candidates '
-                   'and the fair ResNet (validation at the probe\'s end: the choice)', row='candidate', col='probe',
-                   where=dict(arm='probe'), metric='accuracy_val', curves=True),
+                   'and the fair ResNet (validation at the probe\'s end: the choice)',
+                   row='candidate', col='probe', where=dict(arm='probe'), metric='accuracy_val',
+                   curves=True),
     grid_lib.Table('r4_sweep', 'Learning rate x distillation sweep at seed 0 (validation)',
                    row=SWEEP_ROW, col='lr_value', where=dict(arm='sweep'), col_label='lr ',
                    log_x=True, sort_cols=True, metric='accuracy_val'),
