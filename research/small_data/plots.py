@@ -157,9 +157,8 @@ def plot_compute(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
 def _readable_log_ticks(ax) -> None:
   """Labels at 1, 1.5 and every whole n x 10^k when the data span under half a decade (round 4's
   three probes, 7e13 to 1.8e14, showed only '10^14' otherwise), at 1, 2, 3 and 5 x 10^k under a
-  decade, at 1, 2 and 5 under
-  two (else at 10^k only), and none on the other minor ticks: matplotlib's own labels them all
-  on a short log axis, and '3x10^12' ran into '4x10^12'."""
+  decade, at 1, 2 and 5 under two (else at 10^k only), and none on the other minor ticks:
+  matplotlib's own labels them all on a short log axis, and '3x10^12' ran into '4x10^12'."""
   from matplotlib import ticker  # Lazily, as pyplot.
   low, high = ax.get_xlim()
   decades = np.log10(high / low)
