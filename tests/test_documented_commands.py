@@ -32,6 +32,7 @@ from PIL import Image
 import forked
 from npz_fixtures import timm_swin_state_dict
 from research.small_data import grid as grid_lib
+from research.small_data import records
 from test_configs import CONFIG_FILES, load_config
 from vit_jax import checkpoint
 from vit_jax import config_lib
@@ -386,6 +387,7 @@ def run_documented(command, work):
 def test_documented_command_runs(command, scratch, quickstart_run):
   assert os.path.isfile(quickstart_run / 'params.npz')
   out = run_documented(command, scratch)
+  check_curves_end_at_the_recorded_accuracy(command, scratch)
   if 'vit_jax.predict' in command and 'runs/quickstart' in command:
     assert any(name in out for name in ('T-shirt/top', 'Trouser', 'Ankle boot')), out
   if 'vit_jax.analyze' in command:
@@ -459,6 +461,20 @@ def test_doc_command_runs(command, scratch):
     place_pretrained(local, scratch)
   place_published(local, scratch)  # A tool's --checkpoint=ViT-B_16 (docs/fewshot.md).
   run(local, scratch)
+  check_curves_end_at_the_recorded_accuracy(command, scratch)
+
+
+def check_curves_end_at_the_recorded_accuracy(command, work):
+  """After a study grid's run: each run's validation curve (its metrics.jsonl, drawn and read
+  for budgets) ends at the step and the validation accuracy its tables report (metadata.json)."""
+  results = re.search(r'--results=(\S+)', command)
+  if 'research.small_data' not in command or not results or '--report' in command:
+    return
+  finished = [r for r in records.read_results(str(work / results[1])).values() if r['finished']]
+  curves = [r for r in finished if r.get('val_curve')]
+  assert curves, f'{results}: no finished run has a validation curve'
+  for record in curves:
+    assert record['val_curve'][-1] == [record['steps'], round(record['accuracy_val'], 6)], record
 
 
 def test_the_readmes_test_command_is_what_ci_runs():
