@@ -132,7 +132,7 @@ def test_runs_finished_elsewhere_are_skipped_unless_a_run_to_do_needs_their_para
   lines['changed']['command'] += ' --config.steps=5'  # Its command changed since: run again.
   results.write_text(''.join(json.dumps(r) + '\n' for r in lines.values()))
   assert [r.name for r in runner.runs_to_do(grid, str(out), lines)] == [
-      'teacher', 'new_student', 'changed']
+      'changed', 'teacher', 'new_student']  # The teacher made again just before its reader.
   logged = []
   assert runner.run_grid(grid, str(out), log=logged.append, results=str(results)) == []
   assert sorted(os.listdir(out)) == ['changed', 'new_student', 'teacher']
@@ -142,6 +142,32 @@ def test_runs_finished_elsewhere_are_skipped_unless_a_run_to_do_needs_their_para
   assert final['new_student']['accuracy_test'] == 0.7
   shutil.rmtree(out)  # Once all are finished, a fresh machine (same --out) runs nothing.
   assert runner.runs_to_do(grid, str(out), final) == []
+
+
+def test_a_teacher_made_again_waits_for_the_first_run_that_reads_it(tmp_path):
+  """On a fresh machine the runs that can start at once go first; each teacher finished only in
+  the results file is made again right before the first run that reads it, not all up front."""
+  out = tmp_path / 'out'
+  reads = lambda t: f' --t={{out}}/{t}/params.npz'
+  runs = [grid_lib.Run(f't{s}', f'python t.py {s}') for s in range(3)] + [
+          grid_lib.Run('sweep_a', 'python s.py a' + reads('t0')),
+          grid_lib.Run('sweep_b', 'python s.py b' + reads('t0')),
+          grid_lib.Run('seed1', 'python s.py 1' + reads('t1')),
+          grid_lib.Run('seed2', 'python s.py 2' + reads('t2')),
+          grid_lib.Run('fair', 'python f.py' + reads('t0'))]
+  grid = grid_lib.Grid(runs=runs)
+  done = dict(t0=True, t1=True, t2=True, sweep_a=True)
+  results = {r.name: dict(name=r.name, finished=True, command=records.record_command(r, str(out)))
+             for r in runs if done.get(r.name)}
+  fake_run_dir(out, 't0', .85)  # Made again here already (this session's first run).
+  assert [r.name for r in runner.runs_to_do(grid, str(out), results)] == [
+      'sweep_b', 'fair', 't1', 'seed1', 't2', 'seed2']
+  shutil.rmtree(out / 't0')  # A new session: t0 first, as the first run to start reads it.
+  assert [r.name for r in runner.runs_to_do(grid, str(out), results)][:3] == [
+      't0', 'sweep_b', 'fair']
+  results['t1']['command'] += ' --changed'  # Not finished anywhere: ready, and then its reader.
+  assert [r.name for r in runner.runs_to_do(grid, str(out), results)] == [
+      't1', 'seed1', 't0', 'sweep_b', 'fair', 't2', 'seed2']
 
 
 def test_an_unfinished_rebuild_keeps_the_finished_record(tmp_path, fake_trainer, monkeypatch):

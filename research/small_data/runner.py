@@ -3,8 +3,9 @@
 A run is finished when its `params.npz` and `metadata.json` exist, or when the results file
 holds its finished record for the same command (a run made on another machine or in a run
 directory since deleted); it is then skipped, unless a run still to do needs its directory (a
-teacher's or pretrained params.npz): then it is made again, with the same command and seed. An
-unfinished run is started again with the same command, which resumes from its orbax checkpoint.
+teacher's or pretrained params.npz): then it is made again, with the same command and seed,
+just before the first run that reads it (`runs_to_do`). An unfinished run is started again with
+the same command, which resumes from its orbax checkpoint.
 A grid that declares `fewshot` also gets, after each finished run, the few-shot linear accuracy
 of its encoder (`measure_fewshot`).
 """
@@ -16,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List, Mapping, Set
+from typing import Callable, Dict, List, Mapping, Set, Tuple
 
 from research.small_data import folders
 from research.small_data import grid as grid_lib
@@ -99,27 +100,48 @@ def finished_in_results(run: grid_lib.Run, out: str, results: Mapping[str, Dict]
 
 
 def runs_to_do(grid: grid_lib.Grid, out: str, results: Mapping[str, Dict]) -> List[grid_lib.Run]:
-  """The runs to start, in grid order: those finished neither here nor in `results`, and those
-  finished only in `results` whose directory (`{out}/<name>/`) a run to start names."""
+  """The runs to start, in the order to start them: those finished neither here nor in
+  `results`, and those finished only in `results` whose directory (`{out}/<name>/`) one of them
+  reads (made again, a teacher's or pretrained params.npz).
+
+  The runs ready to start (each directory they read is finished here) come first, in grid
+  order; then those that wait for a run, each right after the runs it waits for. A run made
+  again is started only just before the first run that reads it, so a session that ends first
+  has not spent its time on a teacher that no run of it used.
+  """
   here = {r.name for r in grid.runs if records.is_finished(os.path.join(out, r.name))}
-  todo = {r.name for r in grid.runs
-          if r.name not in here and not finished_in_results(r, out, results)}
-  while True:  # A rebuilt teacher may need a run of its own (its own teacher, say).
-    needed = {r.name for r in grid.runs if r.name not in here and r.name not in todo and any(
-        f'{{out}}/{r.name}/' in t.command for t in grid.runs if t.name in todo)}
-    if not needed:
-      return [r for r in grid.runs if r.name in todo]
-    todo |= needed
+  own = [r for r in grid.runs
+         if r.name not in here and not finished_in_results(r, out, results)]
+  by_name = {r.name: r for r in grid.runs}
+  order: List[str] = []
+
+  def waits_for(run: grid_lib.Run) -> List[str]:
+    """The runs `run` reads that are neither finished here nor started before it."""
+    return [r.name for r in grid.runs if r.name not in here and r.name not in order
+            and f'{{out}}/{r.name}/' in run.command]
+
+  def add(name: str, chain: Tuple[str, ...] = ()) -> None:
+    if name in order or name in chain:
+      return
+    for needed in waits_for(by_name[name]):  # A rebuilt teacher may need a run of its own.
+      add(needed, chain + (name,))
+    order.append(name)
+
+  pending = own
+  while pending:
+    add(next((r for r in pending if not waits_for(r)), pending[0]).name)
+    pending = [r for r in pending if r.name not in order]
+  return [by_name[name] for name in order]
 
 
 def run_grid(grid: grid_lib.Grid, out: str, *, python: str = sys.executable,
              log: Callable[[str], None] = print, results: str = '') -> List[str]:
-  """Runs the runs of `grid` still to do (`runs_to_do`) in order; returns the names of those
+  """Runs the runs of `grid` still to do in `runs_to_do`'s order; returns the names of those
   that failed. With `results`, that file gets every run's record (`update_results`) after each
   run, and its finished records count as finished runs.
 
   A grid with `resolve` is resolved with the records after every run, and the next run is the
-  first still to do in the resolved grid: a stage that a run's result unlocks (an arm's other
+  first of the resolved grid's `runs_to_do`: a stage that a run's result unlocks (an arm's other
   seeds once its sweep has chosen) runs before the runs listed after it, instead of after a
   whole pass. A run that failed is not started again by this call; it ends when nothing is left
   to do and resolving adds no run.
@@ -147,30 +169,34 @@ def run_grid(grid: grid_lib.Grid, out: str, *, python: str = sys.executable,
 
 def _run_pass(grid: grid_lib.Grid, out: str, *, python: str, log: Callable[[str], None],
               results: str, failed: List[str], announced: Set[str], first_only: bool) -> bool:
-  """A pass over `grid.runs`: the runs still to do, in order, but those in `failed` (appended
-  to); with `first_only` it stops after the first run it starts. Returns whether it started one."""
-  todo = {r.name for r in runs_to_do(grid, out, records.read_results(results))}
+  """A pass over `grid.runs`: the finished ones announced once, then the runs still to do in
+  `runs_to_do`'s order, but those in `failed` (appended to); with `first_only` it stops after
+  the first run it starts. Returns whether it started one."""
+  todo = [r for r in runs_to_do(grid, out, records.read_results(results))
+          if r.name not in failed]
+  index = {r.name: i for i, r in enumerate(grid.runs)}
+  to_start = {r.name for r in todo}
+  for run in grid.runs:
+    if run.name in failed or run.name in to_start:
+      continue
+    if run.name not in announced:
+      where = '' if records.is_finished(os.path.join(out, run.name)) else f' (in {results})'
+      log(f'[{index[run.name] + 1}/{len(grid.runs)}] {run.name}: finished{where}, skipped')
+      announced.add(run.name)
+    _fewshot(run, grid, out, python, log, results)
   ran = False
-  for i, run in enumerate(grid.runs):
-    workdir = os.path.join(out, run.name)
-    if run.name in failed:
-      continue
-    if run.name not in todo:
-      if run.name not in announced:
-        where = '' if records.is_finished(workdir) else f' (in {results})'
-        log(f'[{i + 1}/{len(grid.runs)}] {run.name}: finished{where}, skipped')
-        announced.add(run.name)
-      _fewshot(run, grid, out, python, log, results)
-      continue
+  for run in todo:
     if ran and first_only:
       break
-    log(f'[{i + 1}/{len(grid.runs)}] {run.name}: {run.command}')
+    workdir = os.path.join(out, run.name)
+    number = f'[{index[run.name] + 1}/{len(grid.runs)}]'
+    log(f'{number} {run.name}: {run.command}')
     start = time.time()
     returncode = execute(run, out, python)
     ran = True
     finished = returncode == 0 and records.is_finished(workdir)
     status = 'done' if finished else f'FAILED ({returncode})'
-    log(f'[{i + 1}/{len(grid.runs)}] {run.name}: {status} in {time.time() - start:.0f}s '
+    log(f'{number} {run.name}: {status} in {time.time() - start:.0f}s '
         f'(log: {os.path.join(workdir, LOG_FILE)})')
     if status != 'done':
       failed.append(run.name)
