@@ -3,6 +3,7 @@
 import collections
 import contextlib
 import dataclasses
+import hashlib
 import io
 import json
 import os
@@ -179,6 +180,54 @@ def test_an_unfinished_rebuild_keeps_the_finished_record(tmp_path, fake_trainer,
   os.makedirs(tmp_path / 'two' / 'a')  # Made again elsewhere and cut before its export.
   records.update_results(str(results), grid, str(tmp_path / 'two'))
   assert records.read_results(str(results))['a']['accuracy_test'] == 0.9
+
+
+def test_a_run_made_again_keeps_its_first_record_and_its_students_name_their_teacher(
+    tmp_path, monkeypatch):
+  """CPU training is not bit-reproducible: a teacher made again on a fresh machine is another
+  instance (round 4's seed-0 teacher: validation 85.42% first, 85.23% made again). Its record
+  stays the first (the tables' baseline, its earlier students' teacher) and lists the new one;
+  each distilled run records the instance it learned from."""
+  monkeypatch.setattr(records, 'forward_flops', lambda meta: (1e6, 'test'))
+  out, results = tmp_path / 'out', str(tmp_path / 'results.jsonl')
+  grid = grid_lib.Grid(runs=[grid_lib.Run('t', 'python t.py'), grid_lib.Run(
+      's', 'python s.py --config.distill.teacher_path={out}/t/params.npz')])
+  sha = lambda data: hashlib.sha256(data).hexdigest()
+
+  def make(name, accuracy, val, params):
+    shutil.rmtree(out / name, ignore_errors=True)
+    fake_run_dir(out, name, accuracy, accuracy_val=val)
+    (out / name / 'params.npz').write_bytes(params)
+
+  make('t', .8513, .8542, b'first')
+  first = records.update_results(results, grid, str(out))['t']
+  assert first['params_sha256'] == sha(b'first') and 'remade' not in first
+  make('t', .8509, .8523, b'again')  # Made again: another instance.
+  make('s', .82, .81, b'student')
+  for _ in range(2):  # Rewritten after every run: listed once.
+    got = records.update_results(results, grid, str(out))
+  assert {k: got['t'][k] for k in ('accuracy_test', 'accuracy_val', 'params_sha256')} == dict(
+      accuracy_test=.8513, accuracy_val=.8542, params_sha256=sha(b'first'))
+  assert [(r['params_sha256'], r['accuracy_test']) for r in got['t']['remade']] == [
+      (sha(b'again'), .8509)]
+  assert got['s']['teacher'] == dict(params_sha256=sha(b'again'), accuracy_val=.8523,
+                                     accuracy_test=.8509)
+  assert 'teacher' not in got['t']
+  rows = report.runs_markdown(grid.runs[:1], got).splitlines()[2:]
+  assert [row.split(' | ')[:4] for row in rows] == [
+      ['| t', '', '85.42', '85.13'],
+      [f'| t, made again ({sha(b"again")[:8]})', '', '85.23', '85.09']]
+  # A record written before the SHA was kept is told apart by the accuracies its export wrote:
+  legacy = {k: v for k, v in got['t'].items() if k not in ('params_sha256', 'remade')}
+  for accuracy, kept in ((.8509, .8509), (.8513, .8513)):  # The same instance, or another.
+    with open(results, 'w') as f:
+      f.write(json.dumps(dict(legacy, accuracy_test=accuracy, accuracy_val=.8523
+                              if accuracy == .8509 else .8542)) + '\n')
+    got = records.update_results(results, grid, str(out))['t']
+    assert got['accuracy_test'] == kept and ('remade' in got) == (kept == .8513)
+  make('t', .8509, .8523, b'again')  # The command changed: a new run, not an instance.
+  grid.runs[0] = grid_lib.Run('t', 'python t.py --steps=5')
+  assert 'remade' not in records.update_results(results, grid, str(out))['t']
 
 
 def fake_run_dir(out, name, accuracy, **extra):

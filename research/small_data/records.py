@@ -7,6 +7,7 @@ images seen, forward and training FLOPs, wall time), so the report needs only th
 """
 
 import functools
+import hashlib
 import json
 import os
 import re
@@ -25,6 +26,16 @@ FEWSHOT_FILE = 'fewshot.json'
 def is_finished(workdir: str) -> bool:
   """A run that exported its params (train.py writes metadata.json last)."""
   return all(os.path.isfile(os.path.join(workdir, f)) for f in ('params.npz', 'metadata.json'))
+
+
+def params_sha256(workdir: str) -> str:
+  """The SHA-256 of a finished run's params.npz: which instance of a run a record describes
+  (a run made again on another machine is a new instance: CPU training is not bit-reproducible)."""
+  digest = hashlib.sha256()
+  with open(os.path.join(workdir, 'params.npz'), 'rb') as f:
+    for block in iter(lambda: f.read(1 << 20), b''):
+      digest.update(block)
+  return digest.hexdigest()
 
 
 def read_fewshot(workdir: str) -> Optional[Dict[str, Any]]:
@@ -159,6 +170,18 @@ def teacher_metadata(command: str) -> Optional[Dict[str, Any]]:
   return _read_metadata(match.group(1)) if match else None
 
 
+def teacher_instance(command: str) -> Optional[Dict[str, Any]]:
+  """The teacher a distilled run learned from, as it was when the run was recorded: its params'
+  SHA-256 and its accuracies (a teacher made again is another instance; its student is paired
+  with the one it learned from)."""
+  match = re.search(r'--config\.distill\.teacher_path=(\S+)', command)
+  meta = _read_metadata(match.group(1)) if match else None
+  if meta is None:
+    return None
+  return dict(params_sha256=params_sha256(os.path.dirname(match.group(1))),
+              accuracy_val=meta.get('accuracy_val'), accuracy_test=meta.get('accuracy'))
+
+
 def record_command(run: grid_lib.Run, out: str) -> str:
   """The command a results line shows for `run`: `python`, not this interpreter's path."""
   return shlex.join(grid_lib.command_argv(run, out, python='python'))
@@ -199,6 +222,9 @@ def run_record(run: grid_lib.Run, out: str) -> Dict[str, Any]:
   if meta.get('self_supervised'):  # Not counted: its encoder may see a part of the tokens
     # (MAE: a quarter) and a decoder or prediction head runs beside it.
     record.update(loss_test=meta['self_supervised'].get('loss_test'), train_flops=None)
+  record['params_sha256'] = params_sha256(workdir)
+  if teacher:
+    record['teacher'] = teacher_instance(command)
   curve = val_curve(workdir)
   if curve:
     record['val_curve'] = curve
@@ -239,18 +265,47 @@ def read_results(path: str) -> Dict[str, Dict[str, Any]]:
   return records
 
 
+INSTANCE_FIELDS = ('accuracy_train', 'accuracy_val', 'accuracy_test', 'loss_test')
+
+
+def same_instance(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+  """Whether two finished records of one command describe the same params: by their SHA-256,
+  or, for a record written before it was kept, by the accuracies and loss its export wrote."""
+  if 'params_sha256' in old:
+    return old['params_sha256'] == new.get('params_sha256')
+  return all(old.get(k) == new.get(k) for k in INSTANCE_FIELDS)
+
+
+def _with_instance(remade: List[Dict[str, Any]], record: Mapping[str, Any]
+                   ) -> List[Dict[str, Any]]:
+  """`remade` with `record`'s instance (its SHA-256, accuracies, few-shot and wall time) added
+  or brought up to date."""
+  keep = ('params_sha256', 'wall_s') + INSTANCE_FIELDS
+  instance = {k: v for k, v in record.items() if k in keep or k.startswith('fewshot_')}
+  instance.pop('fewshot_command', None)
+  return [r for r in remade if r.get('params_sha256') != instance['params_sha256']] + [instance]
+
+
 def update_results(path: str, grid: grid_lib.Grid, out: str) -> Dict[str, Dict[str, Any]]:
   """Rewrites the results file: a record for every run with a directory under `out`, and the
   file's other records kept (runs made elsewhere), in the grid's order; returns them all.
 
-  A finished record is not replaced by an unfinished one (a teacher being made again here).
+  A finished record is not replaced by an unfinished one (a teacher being made again here), nor
+  by another instance of the same command (`same_instance`): the record stays the run its
+  tables and earlier students used, and the instance made again is listed in its `remade`.
   """
   records = read_results(path)
   for run in grid.runs:
     if os.path.isdir(os.path.join(out, run.name)):
-      record = run_record(run, out)
-      if record['finished'] or not records.get(run.name, {}).get('finished'):
+      record, old = run_record(run, out), records.get(run.name, {})
+      if old.get('finished') and not record['finished']:
+        continue
+      if not old.get('finished') or old.get('command') != record['command']:
         records[run.name] = record
+      elif same_instance(old, record):
+        records[run.name] = dict(record, **{k: old[k] for k in ('remade',) if k in old})
+      else:
+        records[run.name] = dict(old, remade=_with_instance(old.get('remade', []), record))
   if not records:
     return {}
   order = {run.name: i for i, run in enumerate(grid.runs)}
