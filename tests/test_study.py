@@ -184,10 +184,11 @@ def test_an_unfinished_rebuild_keeps_the_finished_record(tmp_path, fake_trainer,
 
 def test_a_run_made_again_keeps_its_first_record_and_its_students_name_their_teacher(
     tmp_path, monkeypatch):
-  """CPU training is not bit-reproducible: a teacher made again on a fresh machine is another
-  instance (round 4's seed-0 teacher: validation 85.42% first, 85.23% made again). Its record
-  stays the first (the tables' baseline, its earlier students' teacher) and lists the new one;
-  each distilled run records the instance it learned from."""
+  """A teacher made again on another machine is another instance: the same command repeats
+  byte for byte on one machine, not across machines (round 4's seed-0 teacher: validation
+  85.42% first, 85.23% made again). Its record stays the first (the tables' baseline, its
+  earlier students' teacher) and lists the new one; each distilled run records the instance it
+  learned from."""
   monkeypatch.setattr(records, 'forward_flops', lambda meta: (1e6, 'test'))
   out, results = tmp_path / 'out', str(tmp_path / 'results.jsonl')
   grid = grid_lib.Grid(runs=[grid_lib.Run('t', 'python t.py'), grid_lib.Run(

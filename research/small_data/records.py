@@ -30,7 +30,7 @@ def is_finished(workdir: str) -> bool:
 
 def params_sha256(workdir: str) -> str:
   """The SHA-256 of a finished run's params.npz: which instance of a run a record describes
-  (a run made again on another machine is a new instance: CPU training is not bit-reproducible)."""
+  (a run made again on another machine is a new instance: its floating-point results differ)."""
   digest = hashlib.sha256()
   with open(os.path.join(workdir, 'params.npz'), 'rb') as f:
     for block in iter(lambda: f.read(1 << 20), b''):
