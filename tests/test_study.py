@@ -171,6 +171,41 @@ def test_a_teacher_made_again_waits_for_the_first_run_that_reads_it(tmp_path):
       't1', 'seed1', 't0', 'sweep_b', 'fair', 't2', 'seed2']
 
 
+def test_a_teacher_is_kept_beside_the_results_and_a_fresh_machine_restores_it(
+    tmp_path, fake_trainer, monkeypatch):
+  """A run other runs read is kept beside the results file; on a fresh machine (same --out,
+  run directories gone) it is restored, not made again, and a new student reads that instance.
+  A kept copy that is no recorded instance is not restored (the run is made again)."""
+  monkeypatch.setattr(records, 'forward_flops', lambda meta: (1e6, 'test'))
+  out, results = tmp_path / 'out', tmp_path / 'study' / 'results.jsonl'
+  reads = ' --config.distill.teacher_path={out}/teacher/params.npz'
+  student = lambda name, accuracy: grid_lib.Run(name, f'python {fake_trainer} {accuracy} 1' + reads)
+  runs = [grid_lib.Run('teacher', f'python {fake_trainer} 0.9 1'), student('student', .7)]
+  grid = grid_lib.Grid(runs=runs)
+  assert runner.run_grid(grid, str(out), log=lambda _: None, results=str(results)) == []
+  kept = tmp_path / 'study' / 'kept'
+  assert os.listdir(kept) == ['teacher']  # The student is read by no run: not kept.
+  assert sorted(os.listdir(kept / 'teacher')) == ['metadata.json', 'params.npz', 'study.json']
+  first = records.read_results(str(results))
+  shutil.rmtree(out)  # A fresh machine; a new student to do.
+  grid = grid_lib.Grid(runs=runs + [student('student2', .8)])
+  logged = []
+  assert runner.run_grid(grid, str(out), log=logged.append, results=str(results)) == []
+  assert not (out / 'teacher' / 'calls').exists()  # Restored, not made again.
+  assert any(line.startswith('teacher: restored from') for line in logged), logged
+  got = records.read_results(str(results))
+  assert got['teacher'] == first['teacher']  # Its record, wall time included, unchanged.
+  assert got['student2']['teacher']['params_sha256'] == first['teacher']['params_sha256']
+  shutil.rmtree(out)  # A kept copy that is no recorded instance: made again instead.
+  (kept / 'teacher' / 'params.npz').write_bytes(b'changed by hand')
+  logged.clear()
+  grid = grid_lib.Grid(runs=list(grid.runs) + [student('student3', .6)])
+  assert runner.run_grid(grid, str(out), log=logged.append, results=str(results)) == []
+  assert calls(out, 'teacher') == 1
+  assert any('not restored' in line for line in logged), logged
+  assert records.params_sha256(str(kept / 'teacher')) == records.params_sha256(str(out / 'teacher'))
+
+
 def test_an_unfinished_rebuild_keeps_the_finished_record(tmp_path, fake_trainer, monkeypatch):
   monkeypatch.setattr(records, 'forward_flops', lambda meta: (1e6, 'test'))
   grid = grid_lib.Grid(runs=[grid_lib.Run('a', f'python {fake_trainer} 0.9 1')])

@@ -3,16 +3,24 @@
 A run is finished when its `params.npz` and `metadata.json` exist, or when the results file
 holds its finished record for the same command (a run made on another machine or in a run
 directory since deleted); it is then skipped, unless a run still to do needs its directory (a
-teacher's or pretrained params.npz): then it is made again, with the same command and seed,
-just before the first run that reads it (`runs_to_do`). An unfinished run is started again with
-the same command, which resumes from its orbax checkpoint.
+teacher's or pretrained params.npz): then it is restored from its kept copy, or else made again
+with the same command and seed just before the first run that reads it (`runs_to_do`). An
+unfinished run is started again with the same command, which resumes from its orbax checkpoint.
 A grid that declares `fewshot` also gets, after each finished run, the few-shot linear accuracy
 of its encoder (`measure_fewshot`).
+
+Kept copies: with a results file, a finished run that other runs read is copied beside it
+(`kept/<name>/`: params, metadata, attempts, curve and few-shot files; `keep`), to be committed
+with the results (params up to `KEPT_LIMIT_BYTES`). A run directory does not outlive its
+machine, and a teacher made again on another machine is another instance (its floating-point
+results differ); restored from the kept copy (`restore_kept`), it is the same teacher for every
+later student, and no session spends its time making it again.
 """
 
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -93,6 +101,77 @@ def measure_fewshot(run: grid_lib.Run, fewshot: grid_lib.FewShot, out: str,
   return f'{run.name}: few-shot linear {shots} in {time.time() - start:.0f}s'
 
 
+KEPT_DIR = 'kept'
+# Kept runs are committed with their results: a teacher this small (round 4's ResNet-11 is 2 MB)
+# is kept, a bigger one (ResNet-18's 45 MB) is made again on a fresh machine.
+KEPT_LIMIT_BYTES = 8 << 20
+KEPT_FILES = ('params.npz', 'metadata.json', records.STATE_FILE, records.FEWSHOT_FILE,
+              'metrics.jsonl')
+
+
+def kept_dir(results: str, name: str) -> str:
+  return os.path.join(os.path.dirname(os.path.abspath(results)), KEPT_DIR, name)
+
+
+def is_read(grid: grid_lib.Grid, name: str) -> bool:
+  """Whether a run of `grid` reads run `name`'s directory (a teacher, a pretrained encoder)."""
+  return any(f'{{out}}/{name}/' in r.command for r in grid.runs)
+
+
+def keep(run: grid_lib.Run, grid: grid_lib.Grid, out: str, results: str) -> bool:
+  """Copies a finished run that other runs read into `kept/<name>/` beside `results` (written
+  beside it and renamed into place: a copy cut short leaves no kept run, never a mixed one);
+  returns whether it copied."""
+  workdir, kept = os.path.join(out, run.name), kept_dir(results, run.name)
+  if not (results and is_read(grid, run.name) and records.is_finished(workdir)
+          and os.path.getsize(os.path.join(workdir, 'params.npz')) <= KEPT_LIMIT_BYTES):
+    return False
+  present = lambda d: {n for n in KEPT_FILES if os.path.isfile(os.path.join(d, n))}
+  if (records.is_finished(kept) and present(kept) == present(workdir)
+      and records.params_sha256(kept) == records.params_sha256(workdir)):
+    return False
+  new, old = kept + '.new', kept + '.old'
+  for path in (new, old):
+    shutil.rmtree(path, ignore_errors=True)
+  os.makedirs(new)
+  for name in KEPT_FILES:
+    if os.path.isfile(os.path.join(workdir, name)):
+      shutil.copy2(os.path.join(workdir, name), os.path.join(new, name))
+  if os.path.isdir(kept):
+    os.replace(kept, old)
+  os.replace(new, kept)
+  shutil.rmtree(old, ignore_errors=True)
+  return True
+
+
+def restore_kept(grid: grid_lib.Grid, out: str, results: str,
+                 log: Callable[[str], None]) -> List[str]:
+  """Copies each kept run (`keep`) not finished here into `{out}/<name>/`, when its params are
+  an instance its finished record names (its own or one in `remade`) for the same command;
+  returns the names restored."""
+  recorded, restored = records.read_results(results) if results else {}, []
+  for run in grid.runs:
+    kept, workdir = kept_dir(results, run.name), os.path.join(out, run.name)
+    if (not results or records.is_finished(workdir)
+        or not records.is_finished(kept)):
+      continue
+    record = recorded.get(run.name, {})
+    instances = {record.get('params_sha256')} | {
+        r.get('params_sha256') for r in record.get('remade', ())}
+    sha = records.params_sha256(kept)
+    if not finished_in_results(run, out, recorded) or sha not in instances:
+      log(f'{run.name}: {kept} not restored: its params ({sha[:8]}) are no instance that '
+          f'{results} records for this command; delete it, or let the run be made again.')
+      continue
+    os.makedirs(workdir, exist_ok=True)
+    for name in KEPT_FILES:
+      if os.path.isfile(os.path.join(kept, name)):
+        shutil.copy2(os.path.join(kept, name), os.path.join(workdir, name))
+    log(f'{run.name}: restored from {kept} ({sha[:8]})')
+    restored.append(run.name)
+  return restored
+
+
 def finished_in_results(run: grid_lib.Run, out: str, results: Mapping[str, Dict]) -> bool:
   """Whether `results` (read_results) holds a finished record of `run` with the same command."""
   record = results.get(run.name) or {}
@@ -151,6 +230,7 @@ def run_grid(grid: grid_lib.Grid, out: str, *, python: str = sys.executable,
   failed: List[str] = []
   announced: Set[str] = set()  # Runs whose "finished, skipped" line is logged (once per call).
   while True:
+    restore_kept(grid, out, results, log)
     ran = _run_pass(grid, out, python=python, log=log, results=results, failed=failed,
                     announced=announced, first_only=grid.resolve is not None)
     if grid.resolve is None:
@@ -184,6 +264,8 @@ def _run_pass(grid: grid_lib.Grid, out: str, *, python: str, log: Callable[[str]
       log(f'[{index[run.name] + 1}/{len(grid.runs)}] {run.name}: finished{where}, skipped')
       announced.add(run.name)
     _fewshot(run, grid, out, python, log, results)
+    if keep(run, grid, out, results):
+      log(f'{run.name}: kept in {kept_dir(results, run.name)}')
   ran = False
   for run in todo:
     if ran and first_only:
@@ -205,6 +287,8 @@ def _run_pass(grid: grid_lib.Grid, out: str, *, python: str, log: Callable[[str]
     if results:
       records.update_results(results, grid, out)
     _fewshot(run, grid, out, python, log, results)
+    if keep(run, grid, out, results):  # After its few-shot file: kept with it.
+      log(f'{run.name}: kept in {kept_dir(results, run.name)}')
   if results:
     records.update_results(results, grid, out)
   return ran
