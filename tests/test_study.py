@@ -188,13 +188,18 @@ def test_a_teacher_is_kept_beside_the_results_and_a_fresh_machine_restores_it(
   assert sorted(os.listdir(kept / 'teacher')) == ['metadata.json', 'params.npz', 'study.json']
   first = records.read_results(str(results))
   shutil.rmtree(out)  # A fresh machine; a new student to do.
+  few = kept / 'teacher' / records.FEWSHOT_FILE  # Its few-shot file, older than its params as a
+  few.write_text('{"command": "x", "results": []}')  # checkout may leave it: still its own.
+  os.utime(few, (1e9, 1e9))
   grid = grid_lib.Grid(runs=runs + [student('student2', .8)])
   logged = []
   assert runner.run_grid(grid, str(out), log=logged.append, results=str(results)) == []
   assert not (out / 'teacher' / 'calls').exists()  # Restored, not made again.
   assert any(line.startswith('teacher: restored from') for line in logged), logged
+  assert records.read_fewshot(str(out / 'teacher')) == dict(command='x', results=[])
   got = records.read_results(str(results))
-  assert got['teacher'] == first['teacher']  # Its record, wall time included, unchanged.
+  assert dict(got['teacher'], fewshot_command=None) == dict(
+      first['teacher'], fewshot_command=None)  # Its record, wall time included, unchanged.
   assert got['student2']['teacher']['params_sha256'] == first['teacher']['params_sha256']
   shutil.rmtree(out)  # A kept copy that is no recorded instance: made again instead.
   (kept / 'teacher' / 'params.npz').write_bytes(b'changed by hand')

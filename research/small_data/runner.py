@@ -167,6 +167,9 @@ def restore_kept(grid: grid_lib.Grid, out: str, results: str,
     for name in KEPT_FILES:
       if os.path.isfile(os.path.join(kept, name)):
         shutil.copy2(os.path.join(kept, name), os.path.join(workdir, name))
+    fewshot = os.path.join(workdir, records.FEWSHOT_FILE)
+    if os.path.isfile(fewshot):  # Kept with these params; a checkout's file times are arbitrary.
+      os.utime(fewshot)
     log(f'{run.name}: restored from {kept} ({sha[:8]})')
     restored.append(run.name)
   return restored
