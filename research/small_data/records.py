@@ -164,21 +164,23 @@ def _read_metadata(npz_path_or_dir: str) -> Optional[Dict[str, Any]]:
   return metadata.read_metadata(npz_path_or_dir)
 
 
+def _teacher_path(command: str) -> Optional[str]:
+  """The `--config.distill.teacher_path=` of `command`, if any."""
+  match = re.search(r'--config\.distill\.teacher_path=(\S+)', command)
+  return match.group(1) if match else None
+
+
 def teacher_metadata(command: str) -> Optional[Dict[str, Any]]:
   """The metadata.json beside the `--config.distill.teacher_path=` of `command`, if any."""
-  match = re.search(r'--config\.distill\.teacher_path=(\S+)', command)
-  return _read_metadata(match.group(1)) if match else None
+  path = _teacher_path(command)
+  return _read_metadata(path) if path else None
 
 
-def teacher_instance(command: str) -> Optional[Dict[str, Any]]:
-  """The teacher a distilled run learned from, as it was when the run was recorded: its params'
-  SHA-256 and its accuracies (a teacher made again is another instance; its student is paired
-  with the one it learned from)."""
-  match = re.search(r'--config\.distill\.teacher_path=(\S+)', command)
-  meta = _read_metadata(match.group(1)) if match else None
-  if meta is None:
-    return None
-  return dict(params_sha256=params_sha256(os.path.dirname(match.group(1))),
+def teacher_instance(command: str, meta: Mapping[str, Any]) -> Dict[str, Any]:
+  """The teacher a distilled run learned from (`meta`: its `teacher_metadata`), as it was when
+  the run was recorded: its params' SHA-256 and its accuracies (a teacher made again is another
+  instance; its student is paired with the one it learned from)."""
+  return dict(params_sha256=params_sha256(os.path.dirname(_teacher_path(command))),
               accuracy_val=meta.get('accuracy_val'), accuracy_test=meta.get('accuracy'))
 
 
@@ -224,7 +226,7 @@ def run_record(run: grid_lib.Run, out: str) -> Dict[str, Any]:
     record.update(loss_test=meta['self_supervised'].get('loss_test'), train_flops=None)
   record['params_sha256'] = params_sha256(workdir)
   if teacher:
-    record['teacher'] = teacher_instance(command)
+    record['teacher'] = teacher_instance(command, teacher)
   curve = val_curve(workdir)
   if curve:
     record['val_curve'] = curve

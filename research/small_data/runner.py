@@ -113,9 +113,21 @@ def kept_dir(results: str, name: str) -> str:
   return os.path.join(os.path.dirname(os.path.abspath(results)), KEPT_DIR, name)
 
 
+def reads(run: grid_lib.Run, name: str) -> bool:
+  """Whether `run` reads run `name`'s directory (a teacher, a pretrained encoder)."""
+  return f'{{out}}/{name}/' in run.command
+
+
 def is_read(grid: grid_lib.Grid, name: str) -> bool:
-  """Whether a run of `grid` reads run `name`'s directory (a teacher, a pretrained encoder)."""
-  return any(f'{{out}}/{name}/' in r.command for r in grid.runs)
+  """Whether a run of `grid` reads run `name`'s directory."""
+  return any(reads(r, name) for r in grid.runs)
+
+
+def _copy_kept_files(src: str, dst: str) -> None:
+  """Copies the `KEPT_FILES` that `src` has into `dst` (times kept)."""
+  for name in KEPT_FILES:
+    if os.path.isfile(os.path.join(src, name)):
+      shutil.copy2(os.path.join(src, name), os.path.join(dst, name))
 
 
 def keep(run: grid_lib.Run, grid: grid_lib.Grid, out: str, results: str) -> bool:
@@ -134,9 +146,7 @@ def keep(run: grid_lib.Run, grid: grid_lib.Grid, out: str, results: str) -> bool
   for path in (new, old):
     shutil.rmtree(path, ignore_errors=True)
   os.makedirs(new)
-  for name in KEPT_FILES:
-    if os.path.isfile(os.path.join(workdir, name)):
-      shutil.copy2(os.path.join(workdir, name), os.path.join(new, name))
+  _copy_kept_files(workdir, new)
   if os.path.isdir(kept):
     os.replace(kept, old)
   os.replace(new, kept)
@@ -164,9 +174,7 @@ def restore_kept(grid: grid_lib.Grid, out: str, results: str,
           f'{results} records for this command; delete it, or let the run be made again.')
       continue
     os.makedirs(workdir, exist_ok=True)
-    for name in KEPT_FILES:
-      if os.path.isfile(os.path.join(kept, name)):
-        shutil.copy2(os.path.join(kept, name), os.path.join(workdir, name))
+    _copy_kept_files(kept, workdir)
     fewshot = os.path.join(workdir, records.FEWSHOT_FILE)
     if os.path.isfile(fewshot):  # Kept with these params; a checkout's file times are arbitrary.
       os.utime(fewshot)
@@ -200,7 +208,7 @@ def runs_to_do(grid: grid_lib.Grid, out: str, results: Mapping[str, Dict]) -> Li
   def waits_for(run: grid_lib.Run) -> List[str]:
     """The runs `run` reads that are neither finished here nor started before it."""
     return [r.name for r in grid.runs if r.name not in here and r.name not in order
-            and f'{{out}}/{r.name}/' in run.command]
+            and reads(run, r.name)]
 
   def add(name: str, chain: Tuple[str, ...] = ()) -> None:
     if name in order or name in chain:
