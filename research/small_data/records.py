@@ -164,7 +164,7 @@ def _read_metadata(npz_path_or_dir: str) -> Optional[Dict[str, Any]]:
   return metadata.read_metadata(npz_path_or_dir)
 
 
-def _teacher_path(command: str) -> Optional[str]:
+def teacher_path(command: str) -> Optional[str]:
   """The `--config.distill.teacher_path=` of `command`, if any."""
   match = re.search(r'--config\.distill\.teacher_path=(\S+)', command)
   return match.group(1) if match else None
@@ -172,7 +172,7 @@ def _teacher_path(command: str) -> Optional[str]:
 
 def teacher_metadata(command: str) -> Optional[Dict[str, Any]]:
   """The metadata.json beside the `--config.distill.teacher_path=` of `command`, if any."""
-  path = _teacher_path(command)
+  path = teacher_path(command)
   return _read_metadata(path) if path else None
 
 
@@ -180,7 +180,7 @@ def teacher_instance(command: str, meta: Mapping[str, Any]) -> Dict[str, Any]:
   """The teacher a distilled run learned from (`meta`: its `teacher_metadata`), as it was when
   the run was recorded: its params' SHA-256 and its accuracies (a teacher made again is another
   instance; its student is paired with the one it learned from)."""
-  return dict(params_sha256=params_sha256(os.path.dirname(_teacher_path(command))),
+  return dict(params_sha256=params_sha256(os.path.dirname(teacher_path(command))),
               accuracy_val=meta.get('accuracy_val'), accuracy_test=meta.get('accuracy'))
 
 

@@ -15,6 +15,7 @@ from research.small_data import cells as cells_lib
 from research.small_data import claim_history
 from research.small_data import grid as grid_lib
 from research.small_data import plots
+from research.small_data import records as records_lib
 
 
 DOC_BEGIN, DOC_END = '<!-- study:begin -->', '<!-- study:end -->'
@@ -159,6 +160,56 @@ def relative_markdown(grid: grid_lib.Grid, records: Mapping[str, Dict[str, Any]]
       words = ('margin in points',) * 2
     lines.append(f'| {claim.text} | {change[0]} | {change[1]} | {words[0]} | {shift[0]} | '
                  f'{shift[1]} | {words[1]} |')
+  return '\n'.join(lines)
+
+
+def own_teacher(record: Mapping[str, Any], records: Mapping[str, Dict[str, Any]]
+                ) -> Optional[Tuple[float, str]]:
+  """(test accuracy in %, instance label) of the teacher a finished distilled run learned from:
+  its record's `teacher`; for a run recorded before records named it, the teacher run's own
+  record (its first instance: the only one until a teacher was first made again, after them).
+  None for a run not distilled or a teacher without a test accuracy."""
+  path = records_lib.teacher_path(record.get('command', ''))
+  if path is None:
+    return None
+  named = record.get('teacher')
+  if named is None:
+    first = records.get(os.path.basename(os.path.dirname(path)), {})
+    named = dict(accuracy_test=first.get('accuracy_test'),
+                 params_sha256=first.get('params_sha256', ''))
+  if named.get('accuracy_test') is None:
+    return None
+  label = named['params_sha256'][:8] or 'first'
+  return 100 * named['accuracy_test'], label
+
+
+def student_teacher_markdown(runs: Sequence[grid_lib.Run],
+                             records: Mapping[str, Dict[str, Any]]) -> str:
+  """DeiT's comparison: each row of chosen distilled runs against the teacher instance each run
+  learned from (`own_teacher`), paired by slice: the per-slice differences, their mean with its
+  95% interval and verdict, in points and in relative error. '' when no chosen run is
+  distilled."""
+  pairs: Dict[Any, List[Tuple[Any, float, float, str]]] = {}
+  for run in runs:
+    record = records.get(run.name, {})
+    teacher = own_teacher(record, records) if record.get('finished') else None
+    if run.tags.get('chosen') and teacher and record.get('accuracy_test') is not None:
+      pairs.setdefault(run.tags.get('row', run.name), []).append(
+          (run.tags.get('seed'), 100 * record['accuracy_test'], *teacher))
+  if not pairs:
+    return ''
+  lines = ['| row | per slice: student − its teacher (instance), test % | effect (points) | '
+           '95% interval | verdict | error change (%) | 95% interval | verdict |',
+           '|' + ' --- |' * 8]
+  for row, items in pairs.items():
+    per_slice = '; '.join(f'seed {s}: {a:.2f} − {t:.2f} ({label})'
+                          for s, a, t, label in sorted(items, key=lambda i: str(i[0])))
+    diffs = [a - t for _, a, t, _ in items]
+    ratios = [log_error(a) - log_error(t) for _, a, t, _ in items if a < 100 and t < 100]
+    effect = _effect_cells(diffs, lambda x: f'{x:+.2f}')
+    change = _effect_cells(ratios, lambda x: f'{100 * (np.exp(x) - 1):+.1f}')
+    lines.append(f'| {row} | {per_slice} | {effect[0]} | {effect[1]} | {verdict(diffs)} | '
+                 f'{change[0]} | {change[1]} | {verdict([-r for r in ratios])} |')
   return '\n'.join(lines)
 
 
@@ -320,6 +371,15 @@ def report_markdown(grid: grid_lib.Grid, records: Mapping[str, Dict[str, Any]], 
               'ratio, shown as a change in %) and its verdict for a claim that an effect is '
               'positive (fewer errors, a higher logit).',
               relative_markdown(grid, records)]
+  pairs = student_teacher_markdown(grid.runs, records)
+  if pairs:
+    parts += ['### Each distilled recipe against the teacher it learned from (test)',
+              'DeiT\'s comparison, paired by slice: each chosen distilled run against the '
+              'teacher instance it learned from (its record\'s `teacher`: the params\' SHA-256 '
+              'and accuracies; "first": a run recorded before records named it, which learned '
+              'from the teacher\'s first record). A teacher made again on another machine is '
+              'another instance, so this can differ from a claim paired with the baseline row.',
+              pairs]
   for table in grid.tables:
     parts += [f'### {table.title}', table_markdown(table, grid.runs, records)]
     if table.baseline:
