@@ -271,6 +271,35 @@ def test_a_run_made_again_keeps_its_first_record_and_its_students_name_their_tea
   assert 'remade' not in records.update_results(results, grid, str(out))['t']
 
 
+def test_each_distilled_recipe_is_paired_with_the_teacher_instance_it_learned_from():
+  """DeiT's student-vs-teacher comparison uses the instance each student learned from: the
+  record's `teacher`; a student recorded before records named it learned from the teacher's
+  first record. Runs not chosen, not distilled or unfinished are left out."""
+  def run(name, seed, row='combined', chosen=True, teacher='t0'):
+    flags = f' --config.distill.teacher_path=runs/{teacher}/params.npz' if teacher else ''
+    return grid_lib.Run(name, f'python s.py{flags}', dict(row=row, seed=seed, chosen=chosen))
+
+  runs = [run('t0', 0, 'teacher', teacher=''), run('t1', 1, 'teacher', teacher=''),
+          run('c0', 0), run('c1', 1, teacher='t1'), run('c2', 2, teacher='t2'),
+          run('sweep', 0, chosen=False), run('plain', 0, 'plain', teacher='')]
+  got = {r.name: dict(name=r.name, command=r.command, finished=True) for r in runs}
+  got['t0'].update(accuracy_test=.85, remade=[dict(params_sha256='ab' * 32, accuracy_test=.84)])
+  got['t1'].update(accuracy_test=.80, params_sha256='cd' * 32)
+  got['c0'].update(accuracy_test=.82)  # Before records named the teacher: t0's first record.
+  got['c1'].update(accuracy_test=.83, teacher=dict(params_sha256='ef' * 32, accuracy_test=.81))
+  got['c2'] = dict(got['c2'], finished=False)
+  for name in ('sweep', 'plain'):
+    got[name].update(accuracy_test=.99)
+  text = report.student_teacher_markdown(runs, got)
+  rows = text.splitlines()[2:]
+  assert len(rows) == 1 and rows[0].startswith(
+      '| combined | seed 0: 82.00 − 85.00 (first); seed 1: 83.00 − 81.00 (efefefef) | -0.50 |')
+  # Errors 18 vs 15 and 17 vs 19: ratios 1.2 and 0.8947; their geometric mean −> +3.6%.
+  cells = rows[0].split(' | ')
+  assert cells[4:6] == ['undecided', f'{100 * (np.sqrt(1.2 * 17 / 19) - 1):+.1f}']
+  assert report.student_teacher_markdown(runs[:2] + runs[-2:], got) == ''
+
+
 def fake_run_dir(out, name, accuracy, **extra):
   """A finished run directory as train.py leaves it (the study ViT at 28px, batch 128)."""
   os.makedirs(out / name)
@@ -990,8 +1019,10 @@ def test_the_round4_section_is_its_plan_its_claims_and_its_estimate_until_it_run
     assert ' '.join(claim.text.split()) in prose, claim.text
   printed = io.StringIO()
   with contextlib.redirect_stdout(printed):
-    round4_estimate.print_table('')
-  assert printed.getvalue().strip() in section  # The estimate is the script's table.
+    round4_estimate.print_table('kind_lr=')  # As pre-registered: every lr x every kind.
+    round4_estimate.print_table('')  # The sweep narrowed on 2026-12-02.
+  tables = printed.getvalue().strip().split('\n| stage')
+  assert tables[0] in section and '| stage' + tables[1] in section  # The script's tables.
 
 
 def test_the_rope_section_is_its_claims_and_its_generated_block():
@@ -1350,7 +1381,7 @@ def test_round4_starts_from_round3s_choices_and_distils_from_the_teacher_of_each
 
 
 def test_round4_chooses_the_recipe_then_lr_and_kind_on_validation_and_gives_the_resnet_the_same():
-  grid = grid_lib.load_grid(ROUND4_GRID)
+  grid = grid_lib.load_grid(f'{ROUND4_GRID}:kind_lr=')  # As pre-registered: the full cross.
   records_ = {}
   probe_val = {'r4_hybrid_p1_probe': .71, 'r4_swin_p1_probe': .74, 'r4_vit_mae_p1_probe': .72}
   _finish(grid, records_, lambda run: probe_val.get(run.name, .7))
@@ -1385,6 +1416,39 @@ def test_round4_chooses_the_recipe_then_lr_and_kind_on_validation_and_gives_the_
   assert not [r for r in grid.runs if r.name.startswith('r4_full_')]  # Not a default part.
 
 
+def test_round4_compares_the_kinds_at_one_lr_then_sweeps_the_lrs_at_the_chosen_kind():
+  """The sweep as narrowed on 2026-12-02: hard and soft at lr 5e-4 (the runs made under the
+  cross keep their names), then the other lrs and the edge at the kind chosen there only."""
+  grid = grid_lib.load_grid(ROUND4_GRID)
+  records_ = {}
+  _finish(grid, records_, lambda run: .74 if run.name == 'r4_hybrid_p1_probe' else .7)
+  grid = grid.resolve(records_)
+  sweep = lambda g: sorted(r.name for r in g.runs if r.tags.get('arm') == 'sweep')  # noqa: E731
+  assert sweep(grid) == ['r4_hybrid_p1_s0_lr5e-4_hard', 'r4_hybrid_p1_s0_lr5e-4_soft']
+  val = {'r4_hybrid_p1_s0_lr5e-4_soft': .80, 'r4_hybrid_p1_s0_lr4e-3_soft': .83,
+         'r4_hybrid_p1_s0_lr1.07e-2_soft': .81}
+  _finish(grid, records_, lambda run: val.get(run.name, .79))
+  grid = grid.resolve(records_)
+  assert sweep(grid) == ['r4_hybrid_p1_s0_lr1.5e-3_soft', 'r4_hybrid_p1_s0_lr4e-3_soft',
+                         'r4_hybrid_p1_s0_lr5e-4_hard', 'r4_hybrid_p1_s0_lr5e-4_soft']
+  _finish(grid, records_, lambda run: val.get(run.name, .79))
+  grid = grid.resolve(records_)  # 4e-3 is the edge: one run past it, soft only.
+  assert sweep(grid)[:2] == ['r4_hybrid_p1_s0_lr1.07e-2_soft', 'r4_hybrid_p1_s0_lr1.5e-3_soft']
+  assert len(sweep(grid)) == 5
+  grid = grid_lib.fully_resolved(grid, records_)
+  _finish(grid, records_, lambda run: val.get(run.name, .79))
+  grid = grid_lib.fully_resolved(grid, records_)
+  chosen = [r.name for r in grid.runs if r.tags.get('arm') == 'sweep' and r.tags['chosen']]
+  assert chosen == ['r4_hybrid_p1_s0_lr4e-3_soft']
+  seeds = [r for r in grid.runs if r.name in ('r4_hybrid_p1_s1', 'r4_hybrid_p1_s2')]
+  assert len(seeds) == 2 and all('lr=4e-3' in r.command and 'kind=soft' in r.command
+                                 for r in seeds)
+  fair = [r for r in grid.runs if r.name.startswith('r4_resnet_distill_p1_s0_')]
+  assert len(fair) == 3 and all(r.tags['kind'] == 'soft' for r in fair)
+  with pytest.raises(ValueError, match=r'kind_lr=1e-3 is not one of lrs=5e-4\+1.5e-3\+4e-3'):
+    grid_lib.load_grid(f'{ROUND4_GRID}:kind_lr=1e-3')
+
+
 def test_round4_full_part_chooses_arm_augmentation_and_epochs_on_validation_beside_resnet18():
   arg = 'parts=combined+full,full_archs=hybrid56+swin28,full_epochs=2+4'
   grid = grid_lib.load_grid(f'{ROUND4_GRID}:{arg}')
@@ -1408,7 +1472,7 @@ def test_round4_full_part_chooses_arm_augmentation_and_epochs_on_validation_besi
   assert set(finals) == {f'r4_full_{n}_s{s}' for n in ('vit', 'resnet18') for s in range(3)}
   assert finals['r4_full_vit_s1'].endswith('arch=hybrid56,aug=strong,epochs=4,seed=1')
   # The students wait for the 1% part's distillation kind, then learn from their ResNet-18.
-  for _ in range(3):  # Probes, the sweep, the seeds of the 1% part.
+  for _ in range(4):  # Probes, the kinds, the lrs, the seeds of the 1% part.
     _finish(grid, records_, lambda run: .9 if run.tags.get('lr') == '4e-3' else .8)
     grid = grid_lib.fully_resolved(grid, records_)
   student = next(r for r in grid.runs if r.name == 'r4_full_student_s2')
@@ -1424,11 +1488,14 @@ def test_round4_estimate_adds_its_stages_from_the_rates():
       step=collections.defaultdict(lambda: 1.), probe=collections.defaultdict(lambda: 2.),
       teacher=.5, mae=100., full=3., resnet_flops=round4_estimate.RESNET18_FLOPS / 10,
       budget_share=collections.defaultdict(lambda: .5))
-  got = round4_estimate.estimate_seconds('probe_steps=100', rates)
+  got = round4_estimate.estimate_seconds('probe_steps=100,kind_lr=', rates)
   run = 1.5 * 50  # A distilled step (1 + 0.5 s) at half the probe.
   assert got == dict(teachers=3 * 1. * 4200, mae=100., probes=4 * 2.5 * 100,
                      sweep=3 * 2 * run, edge=2 * run, seeds=2 * run, fair_sweep=4 * run,
                      fair_seeds=2 * run, fewshot=(3 + 4 + 4 * 2 + 2 + 4 + 2) * 30.)
+  # The kinds compared at one lr first: 2 + 3 - 1 sweep runs and one edge run, not 6 and 2.
+  narrowed = round4_estimate.estimate_seconds('probe_steps=100', rates)
+  assert narrowed == dict(got, sweep=4 * run, edge=run, fewshot=(3 + 4 + 4 + 1 + 2 + 4 + 2) * 30.)
   full = round4_estimate.estimate_seconds('parts=full,full_epochs=1+2', rates)
   r18 = 1. * 10 * 4  # The ResNet's step x 10 by FLOPs x 4 at 56px.
   assert full['full_resnet18_epochs'] == pytest.approx(r18 * 3 * 54_000 / 128)

@@ -107,11 +107,15 @@ def combined_seconds(opts: Mapping[str, str], rates: Rates) -> Dict[str, float]:
     return _stage_rate(rates, cand) * rates.budget_share[cand.parent, 'strong'] * probe_steps
 
   costliest = max(run_s(c) for c in candidates)
-  out.update(sweep=lrs * kinds * costliest, edge=edge * kinds * costliest,
+  # Kinds compared at one lr (`kind_lr`), then the lrs at the chosen kind; else the full cross.
+  kind_first = bool(opts['kind_lr']) and kinds > 1
+  sweep_runs = kinds + lrs - 1 if kind_first else lrs * kinds
+  edge_runs = edge * (1 if kind_first else kinds)
+  out.update(sweep=sweep_runs * costliest, edge=edge_runs * costliest,
              seeds=(seeds - 1) * costliest)
   fair_run = run_s(round4.FAIR) * fair
   out.update(fair_sweep=(lrs + edge) * fair_run, fair_seeds=(seeds - 1) * fair_run)
-  runs = (seeds + len(probes) + (lrs + edge) * kinds + seeds - 1
+  runs = (seeds + len(probes) + sweep_runs + edge_runs + seeds - 1
           + ((lrs + edge) + seeds - 1) * fair)
   out['fewshot'] = runs * FEWSHOT_S
   return out
