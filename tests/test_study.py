@@ -1381,7 +1381,7 @@ def test_round4_starts_from_round3s_choices_and_distils_from_the_teacher_of_each
 
 
 def test_round4_chooses_the_recipe_then_lr_and_kind_on_validation_and_gives_the_resnet_the_same():
-  grid = grid_lib.load_grid(f'{ROUND4_GRID}:kind_lr=')  # As pre-registered: the full cross.
+  grid = grid_lib.load_grid(f'{ROUND4_GRID}:kind_lr=,fair_sweep=always')  # As pre-registered.
   records_ = {}
   probe_val = {'r4_hybrid_p1_probe': .71, 'r4_swin_p1_probe': .74, 'r4_vit_mae_p1_probe': .72}
   _finish(grid, records_, lambda run: probe_val.get(run.name, .7))
@@ -1443,10 +1443,28 @@ def test_round4_compares_the_kinds_at_one_lr_then_sweeps_the_lrs_at_the_chosen_k
   seeds = [r for r in grid.runs if r.name in ('r4_hybrid_p1_s1', 'r4_hybrid_p1_s2')]
   assert len(seeds) == 2 and all('lr=4e-3' in r.command and 'kind=soft' in r.command
                                  for r in seeds)
-  fair = [r for r in grid.runs if r.name.startswith('r4_resnet_distill_p1_s0_')]
-  assert len(fair) == 3 and all(r.tags['kind'] == 'soft' for r in fair)
+  # The fair ResNet first runs round 3's lr for it (4e-3) alone, at the chosen kind; it sweeps
+  # the other lrs only if the combined recipe (83% validation) is not below it.
+  fair_runs = lambda g: sorted(r.name for r in g.runs  # noqa: E731
+                               if r.name.startswith('r4_resnet_distill_p1_s'))
+  assert fair_runs(grid) == ['r4_resnet_distill_p1_s0_lr4e-3_soft']
+  for resnet, expected in ((.85, ['r4_resnet_distill_p1_s0_lr4e-3_soft',
+                                  'r4_resnet_distill_p1_s1', 'r4_resnet_distill_p1_s2']),
+                           (.83, ['r4_resnet_distill_p1_s0_lr1.5e-3_soft',
+                                  'r4_resnet_distill_p1_s0_lr4e-3_soft',
+                                  'r4_resnet_distill_p1_s0_lr5e-4_soft'])):
+    ahead = dict(records_)
+    _finish(grid_lib.Grid(runs=[r for r in grid.runs if r.name.startswith('r4_resnet_d')]),
+            ahead, lambda run, val=resnet: val)
+    assert fair_runs(grid_lib.fully_resolved(grid, ahead)) == expected, resnet
+  first = next(r for r in grid_lib.fully_resolved(grid, ahead).runs
+               if r.name == 'r4_resnet_distill_p1_s0_lr4e-3_soft')
+  assert 'lr=4e-3,' in first.command and '--config.distill.kind=soft' in first.command
   with pytest.raises(ValueError, match=r'kind_lr=1e-3 is not one of lrs=5e-4\+1.5e-3\+4e-3'):
     grid_lib.load_grid(f'{ROUND4_GRID}:kind_lr=1e-3')
+  with pytest.raises(ValueError, match='Unknown fair_sweep=never; use one of always, '
+                     'if_vit_ahead.'):
+    grid_lib.load_grid(f'{ROUND4_GRID}:fair_sweep=never')
 
 
 def test_round4_full_part_chooses_arm_augmentation_and_epochs_on_validation_beside_resnet18():
