@@ -23,6 +23,7 @@ from PIL import Image
 from research.small_data import cells as cells_lib
 from research.small_data import claim_history
 from research.small_data import fashion_mnist_round3
+from research.small_data import fashion_mnist_round4
 from research.small_data import folders
 from research.small_data import full_recipe_epochs
 from research.small_data import grid as grid_lib
@@ -1460,6 +1461,16 @@ def test_round4_compares_the_kinds_at_one_lr_then_sweeps_the_lrs_at_the_chosen_k
   first = next(r for r in grid_lib.fully_resolved(grid, ahead).runs
                if r.name == 'r4_resnet_distill_p1_s0_lr4e-3_soft')
   assert 'lr=4e-3,' in first.command and '--config.distill.kind=soft' in first.command
+  # Where `lrs` lacks round 3's lr, the sweep still holds the run made at it first.
+  opts = dict(fashion_mnist_round4.parse('lrs=5e-4+1.5e-3')[0])
+  made = {'r4_resnet_distill_p1_s0_lr4e-3_soft': dict(finished=True, accuracy_val=.83),
+          'r4_hybrid_p1_s0_lr5e-4_soft': dict(finished=True, accuracy_val=.84)}
+  fair_opts = fashion_mnist_round4.fair_options(opts, made, 1, 'soft',
+                                                'r4_hybrid_p1_s0_lr5e-4_soft')
+  assert fair_opts['lrs'] == '5e-4+1.5e-3+4e-3' and fair_opts['lr_edge'] == '1'
+  made['r4_hybrid_p1_s0_lr5e-4_soft']['accuracy_val'] = .82  # The ViT behind: 4e-3 alone.
+  assert fashion_mnist_round4.fair_options(opts, made, 1, 'soft', 'r4_hybrid_p1_s0_lr5e-4_soft'
+                                           )['lrs'] == '4e-3'
   with pytest.raises(ValueError, match=r'kind_lr=1e-3 is not one of lrs=5e-4\+1.5e-3\+4e-3'):
     grid_lib.load_grid(f'{ROUND4_GRID}:kind_lr=1e-3')
   with pytest.raises(ValueError, match='Unknown fair_sweep=never; use one of always, '
