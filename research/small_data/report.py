@@ -69,6 +69,18 @@ def log_error(accuracy: float) -> Optional[float]:
   return float(np.log(100. - accuracy)) if accuracy < 100. else None
 
 
+def log_error_ratio(accuracy: float, reference: float) -> Optional[float]:
+  """ln(error / reference's error), accuracies in % (None where either is 100%)."""
+  if accuracy >= 100. or reference >= 100.:
+    return None
+  return log_error(accuracy) - log_error(reference)
+
+
+def error_change(log_ratio: float) -> str:
+  """A (mean) log error ratio as a change of the error in %: '-25.0' is a quarter fewer."""
+  return f'{100 * (np.exp(log_ratio) - 1):+.1f}'
+
+
 def logit(accuracy: float) -> Optional[float]:
   """The logit scale: ln(accuracy / error) (None at 0 or 100%)."""
   return float(np.log(accuracy / (100. - accuracy))) if 0. < accuracy < 100. else None
@@ -151,7 +163,7 @@ def relative_markdown(grid: grid_lib.Grid, records: Mapping[str, Dict[str, Any]]
     table = tables[claim.table]
     ratios = claim_effects(claim, table, grid.runs, records, log_error)
     logits = claim_effects(claim, table, grid.runs, records, logit)
-    change = _effect_cells(ratios, lambda x: f'{100 * (np.exp(x) - 1):+.1f}')
+    change = _effect_cells(ratios, error_change)
     shift = _effect_cells(logits, lambda x: f'{x:+.3f}')
     if claim.kind == 'greater':  # Fewer errors is the claim's side: a log ratio below 0.
       words = (verdict([-r for r in ratios]) if ratios else 'undecided',
@@ -205,9 +217,9 @@ def student_teacher_markdown(runs: Sequence[grid_lib.Run],
     per_slice = '; '.join(f'seed {s}: {a:.2f} − {t:.2f} ({label})'
                           for s, a, t, label in sorted(items, key=lambda i: str(i[0])))
     diffs = [a - t for _, a, t, _ in items]
-    ratios = [log_error(a) - log_error(t) for _, a, t, _ in items if a < 100 and t < 100]
+    ratios = [r for r in (log_error_ratio(a, t) for _, a, t, _ in items) if r is not None]
     effect = _effect_cells(diffs, lambda x: f'{x:+.2f}')
-    change = _effect_cells(ratios, lambda x: f'{100 * (np.exp(x) - 1):+.1f}')
+    change = _effect_cells(ratios, error_change)
     lines.append(f'| {row} | {per_slice} | {effect[0]} | {effect[1]} | {verdict(diffs)} | '
                  f'{change[0]} | {change[1]} | {verdict([-r for r in ratios])} |')
   return '\n'.join(lines)
@@ -272,11 +284,9 @@ def paired_deltas(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
         continue
       mean, std = cells_lib.mean_std(diffs)
       spread = f' ± {std:.2f}' if len(diffs) > 1 else ''
-      ratios = [log_error(v) - log_error(value[(base, c, s)])
-                for (row, col, s), v in value.items() if row == r and col == c
-                and (base, c, s) in value and v < 100 and value[(base, c, s)] < 100]
-      error = (f'; error {100 * (np.exp(np.mean(ratios)) - 1):+.1f}%'
-               if len(ratios) == len(diffs) else '')
+      ratios = [log_error_ratio(v, value[(base, c, s)]) for (row, col, s), v in value.items()
+                if row == r and col == c and (base, c, s) in value]
+      error = ('' if None in ratios else f'; error {error_change(float(np.mean(ratios)))}%')
       cells.append(f'{mean:+.2f}{spread} ({sum(d > 0 for d in diffs)} of {len(diffs)} > 0)'
                    f'{error}')
     lines.append('| ' + ' | '.join([f'{r} − {base}'] + cells) + ' |')
