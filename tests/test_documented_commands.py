@@ -102,7 +102,8 @@ NOT_RUN = (
      'a benchmark: minutes of timing on the machine it measures (test_benchmark.py runs '
      'vs_timm small and quickstart_steps\' parts, test_gpu_e2e.py gpu_e2e --tiny)'),
     (r'=(FILE|DIR|W|M|B|S)\b', 'a syntax line: FILE, DIR, W, M, B, S are placeholders'),
-    (r'/tmp/(fmnist_|random_b16|photos)', 'a record of a past run: its files were on that machine'),
+    (r'/tmp/(fmnist_|random_b16|photos|startup_)',
+     'a record of a past run: its files were on that machine'),
     (r'runs/study\w*/', 'a row of a study round\'s generated run list (the study command above '
      'runs its arms, shrunk)'),
     (r'fmnist_bottleneck', 'a record: the config comes from git history (git show c9cf345)'),

@@ -179,7 +179,7 @@ def class_counts(data: Data, spec: str) -> Tuple[Tuple[str, ...], np.ndarray]:
   """
   source = _open(data)
   split = source.split(spec, per_process=False)
-  labels = split.make().map(lambda example: example['label'],
+  labels = split.make().map(sources.as_written(lambda example: example['label']),
                             num_parallel_calls=tf.data.AUTOTUNE).batch(4096)
   counts = np.zeros(len(source.class_names), np.int64)
   for batch in labels.as_numpy_iterator():
@@ -261,8 +261,8 @@ def get_train_data(data: Data, *, start_batch: int = 0) -> Iterator[Batch]:
   example_seed = tf.random.experimental.stateless_fold_in(base_seed, 0)
   order = dict(seed=data.seed, shuffle_buffer=data.shuffle_buffer)
   ds = stream.train_stream(split, start_batch * local_batch, local_batch, shared_stream, **order)
-  ds = ds.map(lambda position, example: preprocess(
-      example, tf.random.experimental.stateless_fold_in(example_seed, position)),
+  ds = ds.map(sources.as_written(lambda position, example: preprocess(
+      example, tf.random.experimental.stateless_fold_in(example_seed, position))),
               num_parallel_calls=tf.data.AUTOTUNE)
   ds = ds.batch(local_batch, drop_remainder=True)
   ds = ds.prefetch(max(1, int(data.prefetch)))
@@ -310,7 +310,7 @@ def get_eval_data(data: Data, spec: Optional[str] = None) -> EvalData:
   padding = {'image': tf.zeros([crop, crop, 3]), 'label': tf.zeros([num_classes]),
              'mask': tf.constant(0., tf.float32)}
   num_padding = num_batches * local_batch - split.num_examples
-  ds = split.make().map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
+  ds = split.make().map(sources.as_written(preprocess), num_parallel_calls=tf.data.AUTOTUNE)
   ds = ds.concatenate(tf.data.Dataset.from_tensors(padding).repeat(num_padding))
   ds = ds.batch(local_batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
   return EvalData(num_examples=split.num_examples, num_batches=num_batches, dataset=ds,

@@ -78,9 +78,10 @@ def _indexed_stream(split: sources.Split, start: int, local_batch: int, stream: 
   # Positions, records and reads a block at a time: per example, these maps cost as much CPU
   # as the quickstart's decoding and preprocessing together (docs/performance.md).
   ds = tf.data.Dataset.range(start, np.iinfo(np.int64).max).batch(local_batch)
-  ds = ds.map(fetch, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+  ds = ds.map(sources.as_written(fetch), num_parallel_calls=tf.data.AUTOTUNE).unbatch()
   record = lambda p: shuffled_record(p, size, order_seed)  # noqa: E731
-  return ds.map(lambda p, example: (p, _read_train_example(split, example, p, record)),
+  return ds.map(sources.as_written(
+      lambda p, example: (p, _read_train_example(split, example, p, record))),
                 num_parallel_calls=tf.data.AUTOTUNE)
 
 
@@ -153,11 +154,13 @@ def _skipping_stream(split: sources.Split, start: int, local_batch: int, stream:
     # the global batches, and so training, do not depend on the number of processes.
     count, index = jax.process_count(), jax.process_index()
     ds = ds.skip(start * count)
-    ds = ds.filter(lambda position, _: (position // local_batch) % count == index)
+    ds = ds.filter(sources.as_written(
+        lambda position, _: (position // local_batch) % count == index))
   else:
     ds = ds.skip(start)
-  return ds.map(lambda position, example: (position, {'image': split.read(example['image']),
-                                                      'label': example['label']}))
+  return ds.map(sources.as_written(
+      lambda position, example: (position, {'image': split.read(example['image']),
+                                            'label': example['label']})))
 
 
 def numpy_batches(ds: tf.data.Dataset,
@@ -197,7 +200,8 @@ def train_locator(split: sources.Split, start: int, local_batch: int, stream: bo
   def locate(k: int) -> Optional[str]:
     examples = train_stream(split, start + k * local_batch, local_batch, stream, seed=seed,
                             shuffle_buffer=shuffle_buffer)
-    return undecodable_file(examples.map(lambda _, example: example).take(2 * local_batch))
+    return undecodable_file(
+        examples.map(sources.as_written(lambda _, example: example)).take(2 * local_batch))
 
   return locate
 
@@ -210,8 +214,8 @@ def eval_locator(split: sources.Split,
 
   def locate(k: int) -> Optional[str]:
     examples = split.make().skip(k * local_batch).take(2 * local_batch)
-    return undecodable_file(examples.map(
-        lambda example: {'file': example['image'], 'image': split.read(example['image'])}))
+    return undecodable_file(examples.map(sources.as_written(
+        lambda example: {'file': example['image'], 'image': split.read(example['image'])})))
 
   return locate
 

@@ -156,7 +156,8 @@ def _dataset(builder: tfds.core.DatasetBuilder, split: Any, name: str) -> tf.dat
     ds = builder.as_dataset(split=split, decoders=_SKIP_DECODING, shuffle_files=False)
   except (KeyError, ValueError, AssertionError) as e:
     raise _read_error(builder, name, e) from e
-  return ds.map(lambda example: {'image': example['image'], 'label': example['label']})
+  return ds.map(sources.as_written(
+      lambda example: {'image': example['image'], 'label': example['label']}))
 
 
 def _count(ds: tf.data.Dataset) -> int:
