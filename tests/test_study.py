@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import forked
 from research.small_data import cells as cells_lib
 from research.small_data import claim_history
 from research.small_data import fashion_mnist_round3
@@ -1553,17 +1554,18 @@ def test_the_full_data_recipe_trains_and_predict_reads_its_run(tmp_path):
       ('arch=resnet18,aug=strong,size=56', teacher, []),
       ('arch=swin28,aug=strong,distill=hard', run_dir,
        [f'--config.distill.teacher_path={teacher}/params.npz'])):
-    subprocess.run([sys.executable, os.path.join(ROOT, 'tests', 'mocked_run.py'), 'vit_jax.main',
-                    f'--config=configs/fashion_mnist_95.py:{arg},epochs=1,split=val,runlocal',
-                    f'--workdir={workdir}'] + extra,
-                   cwd=ROOT, env=env, check=True, capture_output=True, timeout=600)
+    done = forked.run([os.path.join(ROOT, 'tests', 'mocked_run.py'), 'vit_jax.main',
+                       f'--config=configs/fashion_mnist_95.py:{arg},epochs=1,split=val,runlocal',
+                       f'--workdir={workdir}'] + extra, cwd=ROOT, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
   with open(teacher / 'metadata.json') as f:
     assert json.load(f)['model']['unit'] == 'basic'
   image = tmp_path / 'shoe.png'
   Image.fromarray(np.zeros((28, 28, 3), np.uint8)).save(image)
-  out = subprocess.run([sys.executable, '-m', 'vit_jax.predict', f'--checkpoint={run_dir}',
-                        '--json', str(image)], cwd=ROOT, env=env, check=True,
-                       capture_output=True, text=True, timeout=600).stdout
+  done = forked.run(['-m', 'vit_jax.predict', f'--checkpoint={run_dir}', '--json', str(image)],
+                    cwd=ROOT, env=env, timeout=600)
+  assert done.returncode == 0, done.stderr[-3000:]
+  out = done.stdout
   assert 'shoe.png' in out and any(name in out for name in ('Sneaker', 'Bag', 'Ankle boot',
                                                             'T-shirt/top', 'Trouser',
                                                             'Pullover', 'Dress', 'Coat',
