@@ -29,6 +29,7 @@ def as_written(fn: Callable[..., Any]) -> Callable[..., Any]:
   """
   return tf.autograph.experimental.do_not_convert(fn)
 
+
 # (split name, first index, end index) of one contiguous part of a split string.
 Range = Tuple[str, int, int]
 
