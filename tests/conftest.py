@@ -18,6 +18,12 @@ if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
   atexit.register(shutil.rmtree, os.environ['JAX_COMPILATION_CACHE_DIR'], ignore_errors=True)
 os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
 os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES', '0')
+# The suite's XLA flags (tests/forked.py: faster compiles), for this process and the commands
+# the tests start (they read XLA_FLAGS when JAX starts its backend).
+import forked  # noqa: E402  # After the variables above; it imports no JAX.
+if forked.COMPILE_FLAGS not in os.environ.get('XLA_FLAGS', ''):
+  os.environ['XLA_FLAGS'] = ' '.join(filter(None, [os.environ.get('XLA_FLAGS'),
+                                                   forked.COMPILE_FLAGS]))
 # The training runs tests start as subprocesses get what scripts/hugepages.sh gives a user's run
 # (transparent huge pages for malloc): XLA:CPU steps fault fewer pages, so they finish sooner.
 if 'glibc.malloc.hugetlb=' not in os.environ.get('GLIBC_TUNABLES', ''):

@@ -130,7 +130,7 @@ def launch(config_path, workdir, *, process_id=None, num_processes=None, port=No
            devices=2, args=(), cwd=ROOT, python=('-m', 'vit_jax.main')):
   """`python -m vit_jax.main` in `cwd`; `workdir=None` leaves the run directory to the command.
   `python=('-c', CODE)` runs CODE instead, with the same arguments (CODE calls `main.run()`)."""
-  env = dict(os.environ, XLA_FLAGS=f'--xla_force_host_platform_device_count={devices}',
+  env = dict(os.environ, XLA_FLAGS=forked.xla_flags(devices),
              JAX_PLATFORMS='cpu')
   env.pop('JAX_NUM_CPU_DEVICES', None)
   command = [sys.executable, *python, f'--config={config_path}']
@@ -309,7 +309,7 @@ def test_jax_declares_a_killed_process_dead_no_sooner_than_half_its_timeout(tmp_
   killed just before its next heartbeat (half a timeout after it connected, when it sent one)
   is declared dead by JAX no sooner than half the timeout later (SIGABRT of the survivor)."""
   timeout, address = 8, f'127.0.0.1:{free_port()}'
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=1',
+  env = dict(os.environ, XLA_FLAGS=forked.xla_flags(1),
              JAX_PLATFORMS='cpu')
   env.pop('JAX_NUM_CPU_DEVICES', None)  # As `launch`: the same forked server.
   ready = [str(tmp_path / f'ready{i}') for i in range(2)]
@@ -375,7 +375,7 @@ def test_two_stage_quickstart_on_two_processes_equals_one(tmp_path):
 def launch_failing(config_path, workdir, *, process_id, port, raise_at_eval, args=()):
   """Process `process_id` of 2, whose first evaluation raises `raise_at_eval` (a user error
   or a bug) mid-run: what a peer of a failing process sees."""
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2',
+  env = dict(os.environ, XLA_FLAGS=forked.xla_flags(2),
              JAX_PLATFORMS='cpu')
   env.pop('JAX_NUM_CPU_DEVICES', None)
   argv = ['main', f'--config={config_path}', f'--workdir={workdir}',

@@ -296,7 +296,7 @@ def command_env(work):
   """The environment every command runs in (before its own VAR=value prefixes)."""
   env = dict(os.environ, VIT_JAX_CACHE=str(work / 'cache'), JAX_PLATFORMS='cpu',
              VIT_JAX_HUGEPAGES='0', TF_CPP_MIN_LOG_LEVEL='2')
-  env.pop('XLA_FLAGS', None)
+  env['XLA_FLAGS'] = forked.COMPILE_FLAGS  # The suite's only: one device, as a user's run.
   env['PYTHONPATH'] = os.pathsep.join(filter(None, [ROOT, env.get('PYTHONPATH')]))
   return env
 

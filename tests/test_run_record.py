@@ -52,7 +52,7 @@ def snapshot(directory):
 def run_command(cwd, *args):
   """`python -m vit_jax.main --config=config.py ARGS` in `cwd` on one CPU device, no --workdir."""
   env = dict(os.environ, JAX_PLATFORMS='cpu',
-             XLA_FLAGS='--xla_force_host_platform_device_count=1')
+             XLA_FLAGS=forked.xla_flags(1))
   env.pop('JAX_NUM_CPU_DEVICES', None)
   return forked.run(['-m', 'vit_jax.main', '--config=config.py', *args], cwd=cwd, env=env,
                     timeout=300)
@@ -222,7 +222,7 @@ def test_a_refused_run_writes_nothing(tmp_path):
   (existing / 'notes.txt').write_text('kept\n')
   before = snapshot(existing)
   env = dict(os.environ, JAX_PLATFORMS='cpu',
-             XLA_FLAGS='--xla_force_host_platform_device_count=2')
+             XLA_FLAGS=forked.xla_flags(2))
   env.pop('JAX_NUM_CPU_DEVICES', None)
   for workdir in (tmp_path / 'new', existing):
     proc = forked.run(['-m', 'vit_jax.main', '--config=config.py', f'--workdir={workdir}'],
