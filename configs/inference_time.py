@@ -2,7 +2,7 @@ r"""Measures inference throughput (images/s/core) of a preset, like the official
 
 Command:
   python -m vit_jax.main --config=configs/inference_time.py --workdir=runs/infer \
-      --config.model_name=ViT-B_16 --config.batch=8 --config.image_size=224
+      --config.model_name=ViT-B_16 --config.batch=8
 Expected on this project's 2-vCPU machine: ~1.5 img/s/core for ViT-B/16 at 224px, batch 8:
 docs/performance.md measured that forward pass at 2.98 img/s on 2 vCPUs with the default
 attention (4.10 with `attention_impl=heads_first`; 2026-11-23, `benchmarks/vs_timm.py`); this
