@@ -25,6 +25,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MOCKED_RUN = os.path.join(ROOT, 'tests', 'mocked_run.py')
 # Read when used (in the child), not when the server imports: they do not need a server apiece.
 READ_AT_RUN_TIME = ('PYTEST_CURRENT_TEST', 'VIT_JAX_CACHE', 'XLA_FLAGS')
+# Names the fork server's unix socket in its commands' environment (tests/forked_python.py).
+SOCKET_VARIABLE = 'VIT_JAX_TESTS_FORK_SOCKET'
+FORKED_PYTHON = os.path.join(ROOT, 'tests', 'forked_python.py')
 # XLA:CPU compiles the suite's tiny programs 2-3x sooner with its loop emitters than with its
 # fusion emitters (the default): in a 2-step `:runlocal` run, the train step of a ViT 2.5 → 0.9 s,
 # of a ResNet-50 7.8 → 4.4 s, the same losses. tests/conftest.py sets it for the test processes
@@ -99,7 +102,7 @@ def _close_servers():
     _SERVERS.popitem()[1].close()
 
 
-def _request(args):
+def request(args):
   """What `python *args` runs, as `mocked_run.serve` reads it."""
   args = [str(a) for a in args]
   if args[0] == '-m':
@@ -114,15 +117,16 @@ def _request(args):
 class Process:
   """The part of `subprocess.Popen` the tests use, for a forked command (text output)."""
 
-  def __init__(self, args, *, cwd, env, merge_stderr):
+  def __init__(self, args, *, cwd, env, merge_stderr, fork_children):
     self.args, self.returncode, self._output = args, None, None
     self._dir = tempfile.mkdtemp(prefix='forked_')
     self._out = os.path.join(self._dir, 'stdout')
     self._err = self._out if merge_stderr else os.path.join(self._dir, 'stderr')
     env = dict(os.environ if env is None else env)
     self._server = _server(env)
-    self.pid = self._server.start(dict(_request(args), cwd=str(cwd or os.getcwd()), env=env,
-                                       stdout=self._out, stderr=self._err))
+    self.pid = self._server.start(dict(request(args), cwd=str(cwd or os.getcwd()), env=env,
+                                       stdout=self._out, stderr=self._err,
+                                       fork_children=fork_children))
 
   def poll(self):
     if self.returncode is None:
@@ -158,16 +162,17 @@ class Process:
     self.send_signal(signal.SIGKILL)
 
 
-def popen(args, *, cwd=None, env=None, merge_stderr=False):
+def popen(args, *, cwd=None, env=None, merge_stderr=False, fork_children=False):
   """`subprocess.Popen([sys.executable, *args], ..., text=True)` with stdout (and stderr, or
-  stderr into stdout) captured, forked after the heavy imports."""
-  return Process(args, cwd=cwd, env=env, merge_stderr=merge_stderr)
+  stderr into stdout) captured, forked after the heavy imports. `fork_children`: the command's
+  own `sys.executable` subprocesses are forked too (tests/forked_python.py)."""
+  return Process(args, cwd=cwd, env=env, merge_stderr=merge_stderr, fork_children=fork_children)
 
 
-def run(args, *, cwd=None, env=None, timeout=None):
+def run(args, *, cwd=None, env=None, timeout=None, fork_children=False):
   """`subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=...)`,
   forked after the heavy imports; on a timeout the command is killed, as `subprocess.run` does."""
-  proc = popen(args, cwd=cwd, env=env)
+  proc = popen(args, cwd=cwd, env=env, fork_children=fork_children)
   try:
     out, err = proc.communicate(timeout)
   except subprocess.TimeoutExpired:

@@ -15,14 +15,24 @@ what `python tests/mocked_run.py MODULE ARGS` (or `python SCRIPT ARGS`) would be
 imports: its own cwd, environment, argv, stdout and stderr files and exit status; nothing of
 the package is imported before the command runs it, and no accelerator backend is started
 before the fork (JAX starts one on first use, in the child).
+
+A request with "fork_children" also makes the command's own `sys.executable` subprocesses
+forked (the study runner's `python -m vit_jax.main` runs): its `sys.executable` is
+tests/forked_python.py, which asks this server, over the unix socket named in the command's
+environment, for the same child and stands in for it (output, signals, exit status).
 """
 
 import json
 import os
 import runpy
+import selectors
 import signal
+import socket
 import sys
+import tempfile
 import threading
+
+import forked  # noqa: E402  # Names shared with tests/forked_python.py.
 
 if sys.argv[1:] == ['--serve']:
   # As tests/conftest.py: triton (torch's, for the commands that load timm) segfaults when its
@@ -57,19 +67,24 @@ def run_mocked(module, args):
     runpy.run_module(module, run_name='__main__', alter_sys=True)
 
 
-def _child(request):
+def _child(request, fds=None):
   """In the forked child: become the requested command's process, then run it. Never returns
-  (the command's SystemExit or exception ends the interpreter as it would end `python`)."""
+  (the command's SystemExit or exception ends the interpreter as it would end `python`).
+  `fds`: its stdin, stdout and stderr as open descriptors (a socket request), else the
+  request's stdout and stderr files and no stdin."""
   os.chdir(request['cwd'])
   os.environ.clear()
   os.environ.update(request['env'])
-  for fd, path, flags in ((0, os.devnull, os.O_RDONLY),
-                          (1, request['stdout'], os.O_WRONLY | os.O_CREAT | os.O_APPEND),
-                          (2, request['stderr'], os.O_WRONLY | os.O_CREAT | os.O_APPEND)):
-    opened = os.open(path, flags, 0o644)
+  if fds is None:
+    fds = [os.open(path, flags, 0o644) for path, flags in (
+        (os.devnull, os.O_RDONLY), (request['stdout'], os.O_WRONLY | os.O_CREAT | os.O_APPEND),
+        (request['stderr'], os.O_WRONLY | os.O_CREAT | os.O_APPEND))]
+  for fd, opened in enumerate(fds):
     os.dup2(opened, fd)
     os.close(opened)
-  sys.stdin = open(os.devnull)
+  sys.stdin = os.fdopen(0, 'r', closefd=False)
+  if request.get('fork_children'):
+    sys.executable = forked.FORKED_PYTHON
   signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own, as at start-up.
   signal.signal(signal.SIGTERM, signal.SIG_DFL)
   args = request['args']
@@ -94,17 +109,64 @@ def _reply(fd, message):
   os.write(fd, (json.dumps(message) + '\n').encode())
 
 
-def _reap(fd, children):
-  """Answers {"pid", "rc"} as each child ends (a thread: commands run side by side)."""
-  while True:
-    children.acquire()
-    pid, status = os.wait()
-    _reply(fd, {'pid': pid, 'rc': os.waitstatus_to_exitcode(status)})
+class _Children:
+  """The forked children: who waits for each one's exit status (the replies pipe, or the
+  socket connection of the tests/forked_python.py that asked for it)."""
+
+  def __init__(self, replies):
+    self.replies, self.connections = replies, {}
+    self.started = threading.Semaphore(0)
+    self.lock = threading.Lock()  # A child's connection is known before its status is read.
+
+  def reap(self):
+    """Answers {"pid", "rc"} as each child ends (a thread: commands run side by side)."""
+    while True:
+      self.started.acquire()
+      pid, status = os.wait()
+      message = (json.dumps({'pid': pid, 'rc': os.waitstatus_to_exitcode(status)}) + '\n')
+      with self.lock:
+        connection = self.connections.pop(pid, None)
+      if connection is None:
+        os.write(self.replies, message.encode())
+        continue
+      try:
+        connection.sendall(message.encode())
+      except OSError:
+        pass  # The stand-in is gone (killed): nobody waits for this status.
+      connection.close()
+
+  def start(self, request, fds, listener, connection=None):
+    """Forks the child of `request` (in the main thread); returns its pid."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with self.lock:
+      pid = os.fork()
+      if pid == 0:
+        os.close(self.replies)
+        request['env'][forked.SOCKET_VARIABLE] = listener.getsockname()
+        listener.close()
+        _child(request, fds)
+      if connection is not None:
+        self.connections[pid] = connection
+    self.started.release()
+    return pid
+
+
+def _socket_request(connection):
+  """A request of tests/forked_python.py: a JSON line, with its stdin, stdout and stderr."""
+  data, fds, _, _ = socket.recv_fds(connection, 1 << 16, 3)
+  while not data.endswith(b'\n'):
+    more = connection.recv(1 << 16)
+    if not more:
+      raise ConnectionError('tests/forked_python.py went away mid-request')
+    data += more
+  return json.loads(data), fds
 
 
 def serve():
   """Forks one child per request line (JSON: cwd, env, stdout, stderr, then module [+ mocked],
-  script or code, and args); answers {"started": pid} at once and {"pid", "rc"} when it ends."""
+  script or code, and args); answers {"started": pid} at once and {"pid", "rc"} when it ends.
+  Requests of tests/forked_python.py come on a unix socket and are answered there."""
   import flax.linen  # noqa: F401, PLC0415  # The heavy imports every command repeats.
   import jax.numpy  # noqa: F401, PLC0415
   import ml_collections  # noqa: F401, PLC0415
@@ -112,18 +174,31 @@ def serve():
   import orbax.checkpoint  # noqa: F401, PLC0415
   replies = os.dup(1)
   os.dup2(2, 1)  # Anything else printed here stays off the replies.
-  children = threading.Semaphore(0)
-  threading.Thread(target=_reap, args=(replies, children), daemon=True).start()
-  for line in sys.stdin:
-    request = json.loads(line)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-      os.close(replies)
-      _child(request)
-    _reply(replies, {'started': pid})
-    children.release()
+  listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+  listener.bind(os.path.join(tempfile.mkdtemp(prefix='forked_'), 'socket'))
+  listener.listen()
+  children = _Children(replies)
+  threading.Thread(target=children.reap, daemon=True).start()
+  selector = selectors.DefaultSelector()
+  selector.register(0, selectors.EVENT_READ)
+  selector.register(listener, selectors.EVENT_READ)
+  pending = b''
+  while True:
+    for key, _ in selector.select():
+      if key.fileobj is listener:
+        connection, _ = listener.accept()
+        request, fds = _socket_request(connection)
+        pid = children.start(request, fds, listener, connection)
+        for fd in fds:
+          os.close(fd)
+        connection.sendall((json.dumps({'started': pid}) + '\n').encode())
+        continue
+      chunk = os.read(0, 1 << 16)
+      if not chunk:  # The test process closed its end: done.
+        return
+      *lines, pending = (pending + chunk).split(b'\n')
+      for line in lines:
+        _reply(replies, {'started': children.start(json.loads(line), None, listener)})
 
 
 if __name__ == '__main__':

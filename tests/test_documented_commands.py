@@ -312,7 +312,8 @@ def run(command, work, timeout=600):
     args = [os.path.join(ROOT, 'tests', 'mocked_run.py'), words[2], *words[3:]]
   else:
     args = [os.path.join(ROOT, words[1]), *words[2:]]
-  proc = forked.run(args, cwd=work, env=env, timeout=timeout)  # python ARGS, started sooner.
+  # Forked after the heavy imports, as the study runner's runs are (they start as they would).
+  proc = forked.run(args, cwd=work, env=env, timeout=timeout, fork_children=True)
   assert proc.returncode == 0, f'{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}'
   return proc.stdout
 
