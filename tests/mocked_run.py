@@ -105,8 +105,9 @@ def _child(request, fds=None):
   sys.exit(0)
 
 
-def _reply(fd, message):
-  os.write(fd, (json.dumps(message) + '\n').encode())
+def _line(message):
+  """One reply: a JSON line, as both the pipe's and the socket's readers read them."""
+  return (json.dumps(message) + '\n').encode()
 
 
 class _Children:
@@ -123,14 +124,14 @@ class _Children:
     while True:
       self.started.acquire()
       pid, status = os.wait()
-      message = (json.dumps({'pid': pid, 'rc': os.waitstatus_to_exitcode(status)}) + '\n')
+      message = _line({'pid': pid, 'rc': os.waitstatus_to_exitcode(status)})
       with self.lock:
         connection = self.connections.pop(pid, None)
       if connection is None:
-        os.write(self.replies, message.encode())
+        os.write(self.replies, message)
         continue
       try:
-        connection.sendall(message.encode())
+        connection.sendall(message)
       except OSError:
         pass  # The stand-in is gone (killed): nobody waits for this status.
       connection.close()
@@ -191,14 +192,14 @@ def serve():
         pid = children.start(request, fds, listener, connection)
         for fd in fds:
           os.close(fd)
-        connection.sendall((json.dumps({'started': pid}) + '\n').encode())
+        connection.sendall(_line({'started': pid}))
         continue
       chunk = os.read(0, 1 << 16)
       if not chunk:  # The test process closed its end: done.
         return
       *lines, pending = (pending + chunk).split(b'\n')
       for line in lines:
-        _reply(replies, {'started': children.start(json.loads(line), None, listener)})
+        os.write(replies, _line({'started': children.start(json.loads(line), None, listener)}))
 
 
 if __name__ == '__main__':
