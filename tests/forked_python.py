@@ -25,7 +25,13 @@ def main():
   request = dict(forked.request(sys.argv[1:]), cwd=os.getcwd(), env=dict(os.environ))
   socket.send_fds(connection, [json.dumps(request).encode() + b'\n'], [0, 1, 2])
   replies = connection.makefile('r')
-  pid = json.loads(replies.readline())['started']
+  line = replies.readline()
+  if not line:
+    sys.exit('tests/forked_python.py: the fork server went away')
+  reply = json.loads(line)
+  if 'error' in reply:
+    sys.exit(f'tests/forked_python.py: the fork server refused the request: {reply["error"]}')
+  pid = reply['started']
   for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(signum, lambda signum, frame: os.kill(pid, signum))
   line = replies.readline()

@@ -153,15 +153,45 @@ class _Children:
     return pid
 
 
+# A request line is written at once by tests/forked_python.py: seconds late is a broken one.
+REQUEST_TIMEOUT_S = 30
+
+
 def _socket_request(connection):
-  """A request of tests/forked_python.py: a JSON line, with its stdin, stdout and stderr."""
+  """A request of tests/forked_python.py: a JSON line, with its stdin, stdout and stderr.
+
+  Raises OSError or ValueError for one that is not (its descriptors closed): the server
+  answers that connection with the error and goes on serving the others. One that never ends
+  its line times out (`REQUEST_TIMEOUT_S`) rather than hold up every other command."""
+  connection.settimeout(REQUEST_TIMEOUT_S)
   data, fds, _, _ = socket.recv_fds(connection, 1 << 16, 3)
-  while not data.endswith(b'\n'):
-    more = connection.recv(1 << 16)
-    if not more:
-      raise ConnectionError('tests/forked_python.py went away mid-request')
-    data += more
-  return json.loads(data), fds
+  try:
+    while not data.endswith(b'\n'):
+      more = connection.recv(1 << 16)
+      if not more:
+        raise ConnectionError('tests/forked_python.py went away mid-request')
+      data += more
+    if len(fds) != 3:
+      raise ValueError(f'{len(fds)} descriptors came with the request, not 3 (stdin, stdout, '
+                       'stderr)')
+    request = json.loads(data)
+    if not isinstance(request, dict):
+      raise ValueError(f'the request is JSON but not an object: {data[:80]!r}')
+    connection.settimeout(None)  # Its exit status is sent when the child ends, however late.
+    return request, fds
+  except (OSError, ValueError):
+    for fd in fds:
+      os.close(fd)
+    raise
+
+
+def _refuse(connection, error):
+  """Answers a request that `_socket_request` could not read with its error, and hangs up."""
+  try:
+    connection.sendall(_line({'error': f'{type(error).__name__}: {error}'}))
+  except OSError:
+    pass  # The asker is gone.
+  connection.close()
 
 
 def serve():
@@ -188,7 +218,11 @@ def serve():
     for key, _ in selector.select():
       if key.fileobj is listener:
         connection, _ = listener.accept()
-        request, fds = _socket_request(connection)
+        try:
+          request, fds = _socket_request(connection)
+        except (OSError, ValueError) as error:  # One bad request ends only its own connection.
+          _refuse(connection, error)
+          continue
         pid = children.start(request, fds, listener, connection)
         for fd in fds:
           os.close(fd)

@@ -55,3 +55,21 @@ def test_without_fork_children_a_commands_python_is_pythons(tmp_path):
   proc = run_forked('import sys; print(sys.executable)', tmp_path)
   assert proc.stdout.strip() == sys.executable
   assert os.path.realpath(proc.stdout.strip()) != os.path.realpath(forked.FORKED_PYTHON)
+
+
+def test_a_bad_request_on_the_socket_is_refused_and_the_server_serves_the_next(tmp_path):
+  """A request the fork server cannot read (not JSON, not an object, or without its three
+  descriptors) gets one error line on its own connection; the next command is forked as before."""
+  code = f"""
+      import json, os, socket, subprocess, sys
+      for payload, fds in ((b'not json\\n', [0, 1, 2]), (b'{{}}\\n', []), (b'[1]\\n', [0, 1, 2])):
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        connection.connect(os.environ[{forked.SOCKET_VARIABLE!r}])
+        socket.send_fds(connection, [payload], fds)
+        print(json.loads(connection.makefile('r').readline())['error'].split(':')[0])
+      print(subprocess.run([sys.executable, '-c', 'print(6 * 7)'], capture_output=True,
+                           text=True).stdout.strip())
+  """
+  proc = run_forked(code, tmp_path, fork_children=True)
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout.split() == ['JSONDecodeError', 'ValueError', 'ValueError', '42']
