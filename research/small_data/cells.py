@@ -60,8 +60,14 @@ def _matches(value: Any, wanted: Any) -> bool:
   return value in wanted if isinstance(wanted, tuple) else value == wanted
 
 
+def finished_names(names: Sequence[str], records: Mapping[str, Dict[str, Any]], metric: str
+                   ) -> List[str]:
+  """The runs among `names` whose record has `metric`: finished (an unfinished or failed run's
+  record has none), in `names`' order."""
+  return [n for n in names if records.get(n, {}).get(metric) is not None]
+
+
 def finished_values(names: Sequence[str], records: Mapping[str, Dict[str, Any]], metric: str
                     ) -> List[float]:
   """`metric` in % of the finished runs among `names`."""
-  return [100 * records[n][metric] for n in names
-          if n in records and records[n].get(metric) is not None]
+  return [100 * records[n][metric] for n in finished_names(names, records, metric)]

@@ -98,8 +98,9 @@ def plot_curves(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
   rows, _, cells = cells_lib.table_cells(table, runs)
   fig, ax = plt.subplots(figsize=(6.4, 4))
   for i, r in enumerate(rows):
-    names = [n for (row, _), ns in cells.items() if row == r for n in ns
-             if records.get(n, {}).get(table.metric) is not None and records[n].get('val_curve')]
+    names = [n for (row, _), ns in cells.items() if row == r
+             for n in cells_lib.finished_names(ns, records, table.metric)
+             if records[n].get('val_curve')]
     for k, name in enumerate(names):
       steps, accuracy = zip(*sorted(records[name]['val_curve']))
       ax.plot(steps, [100 * a for a in accuracy], label=str(r) if k == 0 else None,
@@ -131,9 +132,8 @@ def plot_compute(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
   shown_rows, shown_cols = [], []
   for i, r in enumerate(rows):
     for j, c in enumerate(cols):
-      names = [n for n in cells.get((r, c), ())
-               if records.get(n, {}).get(table.metric) is not None
-               and records[n].get('train_flops') is not None]
+      names = [n for n in cells_lib.finished_names(cells.get((r, c), ()), records, table.metric)
+               if records[n].get('train_flops') is not None]
       if not names:
         continue
       ax.scatter([records[n]['train_flops'] for n in names],

@@ -97,9 +97,8 @@ def claim_effects(claim: grid_lib.Claim, table: grid_lib.Table, runs: Sequence[g
   seed = {run.name: run.tags.get('seed') for run in runs}
   value = {}
   for (r, c), names in cells.items():
-    for n in names:
-      if c == claim.col and records.get(n, {}).get(table.metric) is not None:
-        value[(r, seed[n])] = scale(100 * records[n][table.metric])
+    for n in cells_lib.finished_names(names, records, table.metric) if c == claim.col else ():
+      value[(r, seed[n])] = scale(100 * records[n][table.metric])
   seeds = sorted({s for _, s in value}, key=str)
   target = 0. if claim.target is None else scale(claim.target)
   return [sum(coef * value[(row, s)] for coef, row in claim.terms) - target for s in seeds
@@ -269,7 +268,7 @@ def paired_deltas(table: grid_lib.Table, runs: Sequence[grid_lib.Run],
   rows, cols, cells = cells_lib.table_cells(table, runs)
   seed = {run.name: run.tags.get('seed') for run in runs}
   value = {(r, c, seed[n]): 100 * records[n][table.metric] for (r, c), names in cells.items()
-           for n in names if records.get(n, {}).get(table.metric) is not None}
+           for n in cells_lib.finished_names(names, records, table.metric)}
   pairs = baselines(table, rows)
   header = [f'{table.row} − baseline (points, paired by seed)'] + [
       f'{table.col_label}{c}' for c in cols]
