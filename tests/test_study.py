@@ -1027,6 +1027,17 @@ def test_the_round4_section_is_its_plan_its_claims_and_its_estimate_until_it_run
   assert tables[0] in section and '| stage' + tables[1] in section  # The script's tables.
 
 
+def test_round4s_summary_quotes_accuracies_of_its_generated_block():
+  """Each accuracy the round's "Where it stands" paragraph quotes (NN.NN%) is one its block
+  shows: a rerun or a corrected record that changes a number cannot leave the prose behind."""
+  content = _read_doc('small_data_study.md')
+  start = content.index('**Where it stands.**')
+  summary = content[start:content.index('<!-- study4:begin -->')]
+  quoted = re.findall(r'(\d+\.\d\d)%', summary)
+  block = _block(content, 'study4')
+  assert len(quoted) >= 8 and [q for q in quoted if q not in block] == []
+
+
 def test_the_rope_section_is_its_claims_and_its_generated_block():
   content = _read_doc('small_data_study.md')
   section = content[content.index("## RoPE beside round 3's"):content.index('## How round 3 ran')]
