@@ -95,10 +95,9 @@ def claim_effects(claim: grid_lib.Claim, table: grid_lib.Table, runs: Sequence[g
   the claim's target accuracy when it has one."""
   _, _, cells = cells_lib.table_cells(table, runs)
   seed = {run.name: run.tags.get('seed') for run in runs}
-  value = {}
-  for (r, c), names in cells.items():
-    for n in cells_lib.finished_names(names, records, table.metric) if c == claim.col else ():
-      value[(r, seed[n])] = scale(100 * records[n][table.metric])
+  value = {(r, seed[n]): scale(100 * records[n][table.metric])
+           for (r, c), names in cells.items() if c == claim.col
+           for n in cells_lib.finished_names(names, records, table.metric)}
   seeds = sorted({s for _, s in value}, key=str)
   target = 0. if claim.target is None else scale(claim.target)
   return [sum(coef * value[(row, s)] for coef, row in claim.terms) - target for s in seeds
