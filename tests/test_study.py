@@ -978,14 +978,16 @@ def _read_doc(name):
 QUOTED = re.compile(r'\[[−+]\d+\.\d+, [−+]\d+\.\d+\]|\d+\.\d\d ± \d+\.\d\d')
 
 
-def test_the_study_page_opens_with_round_3s_answers_and_quotes_only_its_blocks(tmp_path):
-  """The page opens with round 3's answers (round 4 planned after them; round 2 on its own
-  page); round 3's block (study3 markers) is generated from docs/study/round3/results.jsonl
-  alone, and every interval and mean ± std the answers quote is in a generated block."""
+def test_the_study_page_opens_with_the_answers_of_round_4_then_round_3(tmp_path):
+  """The page opens with round 4's answers, then round 3's (round 4's plan and block after them;
+  round 2 on its own page); round 3's block (study3 markers) is generated from
+  docs/study/round3/results.jsonl alone, and every interval and mean ± std the answers quote is
+  in a generated block."""
   results = os.path.join('docs', 'study', 'round3', 'results.jsonl')
   content = _read_doc('small_data_study.md')
   headings = re.findall(r'^## (.*)$', content, re.M)
-  assert headings[0].startswith('Answers (round 3') and headings[1].startswith('Round 4'), headings
+  assert [h.split(':')[0].split(',')[0] for h in headings[:3]] == [
+      'Answers (round 4', 'Answers (round 3', 'Round 4 (issue 63)'], headings
   assert '<!-- study:begin -->' not in content and 'small_data_study_round2.md' in content
   block = _block(content, 'study3')
   by_name = records.read_results(os.path.join(ROOT, results))
@@ -1003,6 +1005,25 @@ def test_the_study_page_opens_with_round_3s_answers_and_quotes_only_its_blocks(t
       row = next(line for line in block.splitlines() if line.startswith(f'| {claim.text} |'))
       for flops in re.findall(r': (\d+\.\d) ×', row):
         assert f'{flops} MFLOPs per image' in answers or f'{flops} MFLOPs' in answers, flops
+
+
+def test_round4s_answers_quote_only_its_generated_block():
+  """Every interval, mean ± std and accuracy round 4's answers quote is one a generated block
+  shows (round 4's, or round 3's for the arms they compare with; each generated from its results
+  alone, tests above), and each claim's row compute is named beside it: a rerun that moves a
+  number cannot leave the answers behind."""
+  content = _read_doc('small_data_study.md')
+  answers = content[content.index('## Answers (round 4'):content.index('## Answers (round 3')]
+  block = _block(content, 'study4') + _block(content, 'study3')
+  signed = block.replace('-', '−')
+  quoted = QUOTED.findall(answers)
+  assert len(quoted) >= 8 and [q for q in quoted if q not in signed] == []
+  accuracies = re.findall(r'(\d+\.\d\d)%', answers)
+  assert accuracies and [a for a in accuracies if a not in block] == []
+  for claim in grid_lib.load_grid(ROUND4_GRID).claims:
+    row = next(line for line in block.splitlines() if line.startswith(f'| {claim.text} |'))
+    for mflops in re.findall(r': (\d+\.\d) ×', row):
+      assert f'{mflops} MFLOPs' in answers, (claim.text, mflops)
 
 
 def test_the_round4_section_is_its_plan_its_claims_and_its_estimate_until_it_runs(tmp_path):
