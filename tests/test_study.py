@@ -978,6 +978,27 @@ def _read_doc(name):
 QUOTED = re.compile(r'\[[−+]\d+\.\d+, [−+]\d+\.\d+\]|\d+\.\d\d ± \d+\.\d\d')
 
 
+def _not_in_blocks(quotes, blocks):
+  """The quotes no generated block shows (the blocks print ASCII minus, the prose −)."""
+  signed = blocks.replace('-', '−')
+  return [q for q in quotes if q not in signed]
+
+
+def _accuracies_not_in(prose, block):
+  """The accuracies (NN.NN%) a paragraph quotes that the block does not show."""
+  return [a for a in re.findall(r'(\d+\.\d\d)%', prose) if a not in block]
+
+
+def _compute_unnamed(claims, block, prose):
+  """Each (claim, MFLOPs) of a claim's row compute in the block that the prose does not name."""
+  missing = []
+  for claim in claims:
+    row = next(line for line in block.splitlines() if line.startswith(f'| {claim.text} |'))
+    missing += [(claim.text, m) for m in re.findall(r': (\d+\.\d) ×', row)
+                if f'{m} MFLOPs' not in prose]
+  return missing
+
+
 def test_the_study_page_opens_with_the_answers_of_round_4_then_round_3(tmp_path):
   """The page opens with round 4's answers, then round 3's (round 4's plan and block after them;
   round 2 on its own page); round 3's block (study3 markers) is generated from
@@ -995,16 +1016,12 @@ def test_the_study_page_opens_with_the_answers_of_round_4_then_round_3(tmp_path)
   assert block == report.report_markdown(grid, by_name, str(tmp_path), 'study/round3', results)
   assert set(by_name) <= {r.name for r in grid.runs}
   answers = content[content.index('## Answers (round 3'):content.index('## Round 4')]
-  blocks = (block + _block(_read_doc('small_data_study_round2.md'), 'study')).replace('-', '−')
   quoted = QUOTED.findall(answers)
-  assert len(quoted) > 40 and not [q for q in quoted if q not in blocks], [
-      q for q in quoted if q not in blocks]
+  unshown = _not_in_blocks(quoted, block + _block(_read_doc('small_data_study_round2.md'), 'study'))
+  assert len(quoted) > 40 and unshown == [], unshown
   # Every architecture claim gives both arms' compute beside it, as its claims row does.
-  for claim in grid.claims:
-    if claim.text.startswith(('The hybrid beats', 'Swin beats')):
-      row = next(line for line in block.splitlines() if line.startswith(f'| {claim.text} |'))
-      for flops in re.findall(r': (\d+\.\d) ×', row):
-        assert f'{flops} MFLOPs per image' in answers or f'{flops} MFLOPs' in answers, flops
+  architecture = [c for c in grid.claims if c.text.startswith(('The hybrid beats', 'Swin beats'))]
+  assert _compute_unnamed(architecture, block, answers) == []
 
 
 def test_round4s_answers_quote_only_its_generated_block():
@@ -1015,15 +1032,10 @@ def test_round4s_answers_quote_only_its_generated_block():
   content = _read_doc('small_data_study.md')
   answers = content[content.index('## Answers (round 4'):content.index('## Answers (round 3')]
   block = _block(content, 'study4') + _block(content, 'study3')
-  signed = block.replace('-', '−')
   quoted = QUOTED.findall(answers)
-  assert len(quoted) >= 8 and [q for q in quoted if q not in signed] == []
-  accuracies = re.findall(r'(\d+\.\d\d)%', answers)
-  assert accuracies and [a for a in accuracies if a not in block] == []
-  for claim in grid_lib.load_grid(ROUND4_GRID).claims:
-    row = next(line for line in block.splitlines() if line.startswith(f'| {claim.text} |'))
-    for mflops in re.findall(r': (\d+\.\d) ×', row):
-      assert f'{mflops} MFLOPs' in answers, (claim.text, mflops)
+  assert len(quoted) >= 8 and _not_in_blocks(quoted, block) == []
+  assert re.search(r'\d+\.\d\d%', answers) and _accuracies_not_in(answers, block) == []
+  assert _compute_unnamed(grid_lib.load_grid(ROUND4_GRID).claims, block, answers) == []
 
 
 def test_the_round4_section_is_its_plan_its_claims_and_its_estimate_until_it_runs(tmp_path):
@@ -1054,9 +1066,8 @@ def test_round4s_summary_quotes_accuracies_of_its_generated_block():
   content = _read_doc('small_data_study.md')
   start = content.index('**Where it stands.**')
   summary = content[start:content.index('<!-- study4:begin -->')]
-  quoted = re.findall(r'(\d+\.\d\d)%', summary)
   block = _block(content, 'study4')
-  assert len(quoted) >= 8 and [q for q in quoted if q not in block] == []
+  assert len(re.findall(r'\d+\.\d\d%', summary)) >= 8 and _accuracies_not_in(summary, block) == []
 
 
 def test_the_rope_section_is_its_claims_and_its_generated_block():
